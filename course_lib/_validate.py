@@ -1,0 +1,120 @@
+"""Argument checks shared by the three attention implementations.
+
+Every implementation calls :func:`check_sdpa_args` first, so a learner gets the same clear
+message, naming the argument and the shapes, whichever implementation they picked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def check_sdpa_args(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> None:
+    """Raise ``TypeError``/``ValueError`` for arguments torch's SDPA would reject.
+
+    Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``,
+    attn_mask broadcastable to ``(..., L, S)``.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in FLOAT_DTYPES:
+            raise TypeError(
+                f"{name} must be a floating-point tensor (float64, float32, bfloat16 or float16), "
+                f"got {t.dtype} with shape {_shape(t)}"
+            )
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., length, features), "
+                             f"got shape {_shape(t)}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"the last dim (E) of query and key must match: query {_shape(query)} has "
+            f"E={query.shape[-1]}, key {_shape(key)} has E={key.shape[-1]}"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same length S (dim -2): key {_shape(key)} has "
+            f"S={key.shape[-2]}, value {_shape(value)} has S={value.shape[-2]}"
+        )
+    if enable_gqa:
+        if query.dim() < 3 or key.dim() < 3 or value.dim() < 3:
+            raise ValueError("enable_gqa=True needs a head dim (-3) in query, key and value, got "
+                             f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}")
+        hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+        if hk != hv or hq % hk != 0:
+            raise ValueError(
+                f"with enable_gqa=True the query heads Hq must be a multiple of the key/value heads "
+                f"Hkv: query {_shape(query)} has Hq={hq}, key {_shape(key)} has {hk}, "
+                f"value {_shape(value)} has {hv}"
+            )
+    if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be a probability in [0, 1], got {dropout_p!r}")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError("pass either attn_mask or is_causal=True, not both "
+                             f"(attn_mask has shape {_shape(attn_mask)})")
+        if not isinstance(attn_mask, torch.Tensor):
+            raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
+                            f"{type(attn_mask).__name__}")
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+            raise TypeError(
+                f"attn_mask must be bool (True = may attend) or float of the query's dtype "
+                f"{query.dtype}, got {attn_mask.dtype} with shape {_shape(attn_mask)}"
+            )
+        scores_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]) \
+            if not enable_gqa else query.shape[:-2]
+        target = (*scores_shape, query.shape[-2], key.shape[-2])
+        try:
+            ok = torch.broadcast_shapes(attn_mask.shape, target) == torch.Size(target)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"attn_mask of shape {_shape(attn_mask)} is not broadcastable to the scores' "
+                f"shape (..., L, S) = ({', '.join(map(str, target))}) for query {_shape(query)} "
+                f"and key {_shape(key)}"
+            )
+    else:
+        try:
+            torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        except RuntimeError:
+            if not enable_gqa:
+                raise ValueError(
+                    f"batch dims of query {_shape(query)}, key {_shape(key)} and value "
+                    f"{_shape(value)} do not broadcast"
+                ) from None
+
+
+def expand_gqa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Repeat each key/value head ``Hq // Hkv`` times along dim -3 (grouped-query attention)."""
+    groups = query.shape[-3] // key.shape[-3]
+    if groups == 1:
+        return key, value
+    return key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Accumulate half-precision inputs in float32, as torch's kernels do."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
