@@ -1,8 +1,116 @@
-"""TEMPORARY placeholder: the core helper replaces this with the tiled online-softmax version."""
+r"""FlashAttention's algorithm in plain PyTorch: tiles of queries and keys, online softmax.
 
-from .reference import scaled_dot_product_attention as _ref
+For each block of queries ``Q_i`` we sweep the key/value blocks ``K_j, V_j`` and keep three
+running statistics per query row, the symbols of the Flash chapter's derivation:
+
+.. math::
+    S_{ij} = s\,Q_i K_j^\top + M_{ij}, \qquad
+    m^{new} = \max\big(m,\ \mathrm{rowmax}(S_{ij})\big), \qquad
+    P_{ij} = e^{S_{ij} - m^{new}},
+
+    \ell \leftarrow e^{m - m^{new}}\,\ell + \mathrm{rowsum}(P_{ij}), \qquad
+    O \leftarrow e^{m - m^{new}}\,O + P_{ij} V_j, \qquad m \leftarrow m^{new},
+
+and return :math:`O / \ell` once all key blocks are seen. Only ``(B_q, B_k)`` tiles of scores
+ever exist: memory is ``O(L·E + B_q·B_k)`` per head instead of ``O(L·S)``.
+
+Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` → ``(..., L, Ev)``;
+same semantics as :func:`torch.nn.functional.scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ._validate import check_sdpa_args, compute_dtype, expand_gqa
+
+#: default (query rows, key rows) per tile: large query blocks amortize Python's per-op cost,
+#: key blocks of a few hundred rows keep a ``(B_q, B_k)`` tile of scores small.
+DEFAULT_BLOCK_SIZE = (512, 512)
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False, block_size=64):
-    return _ref(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+def _block_sizes(block_size: int | tuple[int, int] | None) -> tuple[int, int]:
+    """``None`` → default; ``b`` → ``(b, b)``; ``(b_q, b_k)`` as given. Must be positive ints."""
+    if block_size is None:
+        return DEFAULT_BLOCK_SIZE
+    sizes = (block_size, block_size) if isinstance(block_size, int) else tuple(block_size)
+    if len(sizes) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
+                                  for b in sizes):
+        raise ValueError(f"block_size must be a positive int or a pair (B_q, B_k) of positive "
+                         f"ints, got {block_size!r}")
+    return sizes
+
+
+def _tile(mask: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+    """The ``[i0:i1, j0:j1]`` tile of a mask broadcastable to ``(..., L, S)`` (size-1 dims kept)."""
+    rows = slice(i0, i1) if mask.shape[-2] > 1 else slice(None)
+    cols = slice(j0, j1) if mask.shape[-1] > 1 else slice(None)
+    return mask[..., rows, cols]
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    block_size: int | tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """softmax(QKᵀ·s + M) V computed tile by tile; returns ``(..., L, Ev)``, never an ``(L, S)``.
+
+    ``block_size``: rows per tile, an int for both or ``(B_q, B_k)`` for query/key blocks
+    (default :data:`DEFAULT_BLOCK_SIZE`). Gradients flow through ordinary torch ops.
+    """
+    check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    bq, bk = _block_sizes(block_size)
+    if enable_gqa:
+        key, value = expand_gqa(query, key, value)
+    dtype, work = query.dtype, compute_dtype(query.dtype)
+    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    s = 1.0 / math.sqrt(E) if scale is None else scale
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    q = query.to(work) * s                                 # fold the scale into Q once
+    kT = key.to(work).transpose(-2, -1)                    # (..., E, S)
+    v = value.to(work)
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        attn_mask = attn_mask.to(work)
+
+    blocks = []
+    for i0 in range(0, L, bq):
+        i1 = min(i0 + bq, L)
+        q_i = q[..., i0:i1, :]
+        m = torch.full((*batch, i1 - i0, 1), float("-inf"), dtype=work, device=q.device)
+        ell = torch.zeros_like(m)                          # ℓ: running sum of e^{S - m}
+        O = torch.zeros((*batch, i1 - i0, v.shape[-1]), dtype=work, device=q.device)
+        for j0 in range(0, S, bk):
+            j1 = min(j0 + bk, S)
+            if is_causal and j0 > i1 - 1:
+                break                                      # every later key is in the future
+            S_ij = q_i @ kT[..., j0:j1]                    # (..., B_q, B_k) scores
+            if is_causal and j1 - 1 > i0:                  # tile crosses the diagonal
+                rows = torch.arange(i0, i1, device=q.device)[:, None]
+                cols = torch.arange(j0, j1, device=q.device)
+                S_ij.masked_fill_(cols > rows, float("-inf"))
+            elif attn_mask is not None and attn_mask.dtype == torch.bool:
+                S_ij.masked_fill_(_tile(attn_mask, i0, i1, j0, j1).logical_not(), float("-inf"))
+            elif attn_mask is not None:
+                S_ij.add_(_tile(attn_mask, i0, i1, j0, j1))
+            # m only stabilizes exp (the result does not depend on it): no gradient through it
+            m_new = torch.maximum(m, S_ij.detach().amax(dim=-1, keepdim=True))
+            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # row masked so far
+            P_ij = S_ij.sub_(m_safe).exp_()                # e^{S - m_new}, in place
+            alpha = torch.exp(m - m_safe)                  # e^{m - m_new}: rescales old ℓ, O
+            ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)
+            if dropout_p > 0.0:
+                P_ij = F.dropout(P_ij, p=dropout_p)        # ℓ keeps the undropped sum
+            O = alpha * O + P_ij @ v[..., j0:j1, :]
+            m = m_new
+        blocks.append(O / ell.masked_fill(ell == 0, 1.0))  # fully masked row: 0 / 1 = 0
+    out = torch.cat(blocks, dim=-2) if blocks else q.new_zeros((*batch, 0, v.shape[-1]))
+    return out.to(dtype)
