@@ -1,0 +1,312 @@
+r"""What attention costs: FLOP and memory formulas, and a small measured sweep.
+
+Counting convention: one multiply-add counts as 2 FLOPs, so ``A (m, k) @ B (k, n)`` costs
+``2·m·k·n``. For self-attention over ``n`` tokens of width ``d``:
+
+.. math:: \underbrace{2n^2d}_{QK^\top} + \underbrace{2n^2d}_{PV} = 4n^2d, \qquad
+          \underbrace{3\cdot 2nd^2}_{Q,K,V} + \underbrace{2nd^2}_{\text{out}} = 8nd^2
+
+The two terms are equal at ``n = 2d`` (:func:`crossover_n`). Memory of the naive path is
+dominated by the ``(B, H, n, n)`` score matrix: ``B·H·n²·bytes`` (:func:`score_matrix_bytes`).
+
+The measuring helpers (:func:`peak_extra_memory`, :func:`time_call`, :func:`sweep`) are small on
+purpose: the chapter runs them live on a few sizes; the full sweep is ``python -m course_lib.bench``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """FLOPs of ``(m, k) @ (k, n)``: ``2·m·k·n`` (one multiply-add = 2 FLOPs)."""
+    return 2 * m * k * n
+
+
+def attention_core_flops(n: int, d: int, s: int | None = None, dv: int | None = None) -> int:
+    """FLOPs of ``QKᵀ`` and ``weights·V`` for one head: ``2·n·s·d + 2·n·s·dv`` (= 4n²d if s=n).
+
+    ``n`` queries, ``s`` keys (default ``n``), head width ``d``, value width ``dv`` (default ``d``).
+    Softmax, scaling and masking are elementwise, O(n·s), and not counted.
+    """
+    s = n if s is None else s
+    dv = d if dv is None else dv
+    return matmul_flops(n, d, s) + matmul_flops(n, s, dv)
+
+
+def projection_flops(n: int, d_model: int) -> int:
+    """FLOPs of the four ``(d_model, d_model)`` projections Q, K, V, out on ``n`` tokens: ``8·n·d²``."""
+    return 4 * matmul_flops(n, d_model, d_model)
+
+
+def layer_flops_breakdown(n: int, d_model: int, num_heads: int = 1) -> dict[str, int]:
+    """Matmul FLOPs of one self-attention layer by component (batch 1, biases not counted).
+
+    The core summed over ``num_heads`` heads of width ``d_model / num_heads`` is ``4n²·d_model``,
+    independent of the number of heads.
+    """
+    if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+    dh = d_model // num_heads
+    return {
+        "Q, K, V projections": 3 * matmul_flops(n, d_model, d_model),
+        "scores QKᵀ": num_heads * matmul_flops(n, dh, n),
+        "weights·V": num_heads * matmul_flops(n, n, dh),
+        "output projection": matmul_flops(n, d_model, d_model),
+    }
+
+
+def layer_flops(n: int, d_model: int, num_heads: int = 1) -> int:
+    """Total of :func:`layer_flops_breakdown`: ``4n²d + 8nd²``."""
+    return sum(layer_flops_breakdown(n, d_model, num_heads).values())
+
+
+def crossover_n(d_model: int) -> int:
+    """Sequence length where the attention core (4n²d) equals the projections (8nd²): ``n = 2d``."""
+    return 2 * d_model
+
+
+def score_matrix_bytes(n: int, heads: int = 1, batch: int = 1, bytes_per_element: int = 4,
+                       s: int | None = None) -> int:
+    """Bytes of one ``(batch, heads, n, s)`` score (or weight) tensor: ``B·H·n·s·bytes``."""
+    s = n if s is None else s
+    return batch * heads * n * s * bytes_per_element
+
+
+def format_bytes(nbytes: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``; binary prefixes, one decimal."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def sequence_model_table(n: int, d: int, kernel: int = 3) -> list[dict[str, Any]]:
+    """Per-layer cost, sequential steps and maximum path length for ``n`` tokens of width ``d``.
+
+    Self-attention: ``4n²d + 8nd²`` FLOPs, 1 sequential step, path 1. A recurrent layer (one
+    ``d×d`` matmul on the input and one on the state per step): ``4nd²``, ``n`` steps, path ``n-1``.
+    A stack of convolutions with kernel ``k``: ``2knd²`` per layer, 1 step per layer, and
+    ``ceil(log_k n)`` layers (dilated) for every token to reach every other.
+    """
+    conv_layers = max(1, math.ceil(math.log(n, kernel)))
+    return [
+        {"layer": "self-attention", "flops": layer_flops(n, d), "sequential steps": 1,
+         "max path length": 1},
+        {"layer": "recurrent (RNN)", "flops": 2 * matmul_flops(n, d, d), "sequential steps": n,
+         "max path length": n - 1},
+        {"layer": f"convolution (k={kernel}, dilated)", "flops": kernel * matmul_flops(n, d, d),
+         "sequential steps": 1, "max path length": conv_layers},
+    ]
+
+
+# ----------------------------------------------------------------------------- counting
+
+
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Total FLOPs that :class:`torch.utils.flop_counter.FlopCounterMode` records for ``fn(...)``.
+
+    It counts only ops with a registered formula (matmuls, convolutions, some attention kernels):
+    elementwise work such as softmax is free in its eyes.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn(*args, **kwargs)
+    return int(counter.get_total_flops())
+
+
+def self_attention_layer(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor, num_heads: int,
+                         attend: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+    """One self-attention layer, ``x (B, n, d) -> (B, n, d)``, heads computed by ``attend``.
+
+    ``q, k, v = (x @ w_qkv).split(d)`` with ``w_qkv (d, 3d)``, heads split to ``(B, H, n, d/H)``,
+    attended, merged, then ``@ w_o (d, d)``. Default ``attend`` is the textbook reference.
+    """
+    from . import reference
+
+    attend = reference.scaled_dot_product_attention if attend is None else attend
+    b, n, d = x.shape
+    q, k, v = (x @ w_qkv).split(d, dim=-1)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
+
+    out = attend(heads(q), heads(k), heads(v))                  # (B, H, n, d/H)
+    return out.transpose(1, 2).reshape(b, n, d) @ w_o
+
+
+# ----------------------------------------------------------------------------- the machine
+
+
+def cache_sizes() -> dict[str, int]:
+    """CPU cache sizes in bytes, read from sysfs (``L1d``, ``L1i``, ``L2``, ``L3``); {} if unknown."""
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes: dict[str, int] = {}
+    if not root.is_dir():
+        return sizes
+    for index in sorted(root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+        value = int(size.rstrip("KMG")) * mult
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        sizes[name] = value
+    return sizes
+
+
+def _rss_field(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+_LIBC: Any = None
+
+
+def _tune_malloc() -> None:
+    """Make glibc hand big blocks straight back to the OS, so freed memory leaves the RSS.
+
+    Fixes the mmap threshold (blocks >= 64 KiB are mmap'ed and unmapped on free, instead of
+    glibc's adaptive threshold that keeps them in the heap) and trims the heap now.
+    """
+    global _LIBC
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.mallopt(-3, 64 * 1024)    # M_MMAP_THRESHOLD
+            _LIBC.mallopt(-1, 128 * 1024)   # M_TRIM_THRESHOLD
+        _LIBC.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def peak_extra_memory(fn: Callable[[], Any], repeats: int = 2) -> int | None:
+    """Peak resident memory ``fn()`` adds on top of what the process already holds, in bytes.
+
+    Method (Linux), the benchmark's method run in-process: give freed heap memory back to the OS,
+    reset the kernel's high-water mark (``echo 5 > /proc/self/clear_refs``), run ``fn``, read
+    ``VmHWM − VmRSS_before`` (output included). Minimum over ``repeats`` runs (the first run may
+    pay for one-off allocations). Returns None where ``/proc`` is unavailable.
+    """
+    best: int | None = None
+    for _ in range(repeats):
+        _tune_malloc()
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except OSError:
+            return None
+        before = _rss_field("VmRSS")
+        result = fn()
+        peak = _rss_field("VmHWM")
+        del result
+        if before is None or peak is None:
+            return None
+        extra = max(0, peak - before)
+        best = extra if best is None else min(best, extra)
+    return best
+
+
+def time_call(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:
+    """Best (minimum) wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+
+    The minimum is the run least disturbed by other processes: on a shared machine it is the
+    most reproducible statistic (the benchmark also reports the median).
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+class ProgressBar:
+    """A plain text bar on stderr: ``label [#####.....] 5/10``; no timings, so its text is stable."""
+
+    def __init__(self, total: int, label: str = "sweep", width: int = 20, stream=None) -> None:
+        self.total, self.label, self.width = total, label, width
+        self.stream = sys.stderr if stream is None else stream
+        self.done = 0
+
+    def step(self, note: str = "") -> None:
+        self.done += 1
+        filled = round(self.width * self.done / self.total)
+        bar = "#" * filled + "." * (self.width - filled)
+        end = "\n" if self.done == self.total else ""
+        self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total} {note:<24}{end}")
+        self.stream.flush()
+
+
+def sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int], *,
+          batch: int = 1, heads: int = 8, d: int = 64, repeats: int = 3, seed: int = 0,
+          progress: bool = True) -> list[dict[str, Any]]:
+    """Time and peak extra memory of each implementation on ``(batch, heads, n, d)`` inputs.
+
+    Returns one record per (implementation, n): ``impl, n, seconds`` (best), ``peak_bytes``
+    (see :func:`peak_extra_memory`), ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
+    """
+    bar = ProgressBar(len(implementations) * len(ns), "sweep") if progress else None
+    records = []
+    for n in ns:
+        g = torch.Generator().manual_seed(seed + n)
+        q, k, v = (torch.randn(batch, heads, n, d, generator=g) for _ in range(3))
+        for name, attend in implementations.items():
+            def call(attend=attend):
+                return attend(q, k, v)
+
+            seconds = time_call(call, repeats=repeats, warmup=1)
+            peak = peak_extra_memory(call)
+            flops = batch * heads * attention_core_flops(n, d)
+            records.append({"impl": name, "n": n, "seconds": seconds, "peak_bytes": peak,
+                            "flops": flops, "gflops_per_s": flops / seconds / 1e9})
+            if bar is not None:
+                bar.step(f"{name} n={n}")
+    return records
+
+
+def fit_loglog_slope(xs: Iterable[float], ys: Iterable[float]) -> float:
+    """Least-squares slope of ``log y`` against ``log x``: the exponent p in ``y ∝ x^p``."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for y in ys]
+    if len(lx) != len(ly) or len(lx) < 2:
+        raise ValueError("need at least two (x, y) pairs of equal length")
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    sxx = sum((x - mx) ** 2 for x in lx)
+    return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / sxx
+
+
+def slopes(records: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    """Log-log slope of ``metric`` against ``n`` for each implementation in ``records``."""
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(r["impl"] for r in records):
+        rows = [r for r in records if r["impl"] == name and r[metric]]
+        out[name] = fit_loglog_slope([r["n"] for r in rows], [r[metric] for r in rows])
+    return out
