@@ -1,0 +1,52 @@
+"""Chapter 2 helpers: variance growth, entropy, the softmax Jacobian, saturation."""
+
+import math
+
+import torch
+
+from course_lib.scaling import (
+    dot_product_variance,
+    entropy,
+    random_qk,
+    saturation_stats,
+    scores,
+    softmax_jacobian,
+)
+
+
+def test_variance_grows_like_d_and_scaling_restores_one():
+    for d in (1, 16, 256):
+        assert abs(dot_product_variance(d) / d - 1) < 0.1
+        assert abs(dot_product_variance(d, scaled=True) - 1) < 0.1
+
+
+def test_scores_scaling():
+    q, k = random_qk(64, 3, 5)
+    torch.testing.assert_close(scores(q, k, scaled=False), q @ k.T)
+    torch.testing.assert_close(scores(q, k), q @ k.T / 8.0)
+
+
+def test_entropy_limits():
+    assert entropy(torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)).item() == 0.0
+    torch.testing.assert_close(entropy(torch.full((8,), 1 / 8, dtype=torch.float64)),
+                               torch.tensor(math.log(8), dtype=torch.float64))
+
+
+def test_softmax_jacobian_matches_autograd():
+    x = torch.tensor([0.5, -1.0, 2.0, 0.1], dtype=torch.float64)
+    auto = torch.autograd.functional.jacobian(lambda s: torch.softmax(s, -1), x)
+    torch.testing.assert_close(softmax_jacobian(torch.softmax(x, -1)), auto)
+    one_hot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    assert softmax_jacobian(one_hot).abs().max().item() == 0.0
+
+
+def test_saturation_unscaled_collapses_scaled_does_not():
+    dims = [4, 64, 1024]
+    st = saturation_stats(dims, n_keys=16, n_queries=500)
+    un, sc = st["unscaled"], st["scaled"]
+    assert un["max_weight"][-1] > 0.9 and sc["max_weight"][-1] < 0.4
+    assert un["entropy"][-1] < 0.2 and sc["entropy"][-1] > 2.0
+    assert un["jacobian"][-1] < 0.25 * sc["jacobian"][-1]
+    assert (un["jacobian"].diff() < 0).all()
+    # scaled statistics do not depend on d_k
+    assert (sc["max_weight"].max() - sc["max_weight"].min()) < 0.05
