@@ -1,0 +1,161 @@
+"""Run one learner call safely: time limit, captured output, forbidden calls, N×N watch.
+
+The call runs in a daemon worker thread. Inside it a :class:`_Watch` dispatch mode sees every
+aten operator (so forbidden kernels are caught however they were reached) and every freshly
+allocated tensor (so an N×N tensor is caught), and a profile hook catches calls to forbidden
+course_lib Python functions. On time-out the thread gets an asynchronous exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import io
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._spec import FORBIDDEN_GROUPS
+
+
+class ForbiddenCall(BaseException):
+    """Raised inside the learner's call when it reaches a forbidden operation.
+
+    A ``BaseException`` so that a learner's ``except Exception`` does not swallow it.
+    """
+
+
+class _TimeLimit(BaseException):
+    """Injected into a runaway learner thread to stop it."""
+
+
+@dataclass
+class CallOutcome:
+    value: Any = None
+    error: BaseException | None = None
+    traceback_text: str = ""
+    timed_out: bool = False
+    forbidden: str | None = None  # label of the forbidden group reached
+    square: tuple[int, ...] | None = None  # shape of an N×N tensor created
+    printed: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Watch(TorchDispatchMode):
+    def __init__(self, aten_names: dict[str, str], max_square: int | None,
+                 outcome: CallOutcome) -> None:
+        super().__init__()
+        self.aten_names = aten_names
+        self.max_square = max_square
+        self.outcome = outcome
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = func.overloadpacket.__name__
+        if name in self.aten_names:
+            if self.outcome.forbidden is None:
+                self.outcome.forbidden = self.aten_names[name]
+            raise ForbiddenCall(self.aten_names[name])
+        out = func(*args, **(kwargs or {}))
+        if self.max_square is not None and not getattr(func, "is_view", False):
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and self.outcome.square is None:
+                    if sum(1 for s in o.shape if s >= self.max_square) >= 2:
+                        self.outcome.square = tuple(int(s) for s in o.shape)
+        return out
+
+
+def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
+    codes: dict[Any, str] = {}
+    for g in groups:
+        for spec in FORBIDDEN_GROUPS[g]["python"]:
+            mod_name, fn_name = spec.split(":")
+            try:
+                fn = getattr(importlib.import_module(mod_name), fn_name)
+                codes[fn.__code__] = FORBIDDEN_GROUPS[g]["label"]
+            except Exception:  # a module that does not exist (yet) forbids nothing
+                continue
+    return codes
+
+
+_OUR_DIR = str(Path(__file__).resolve().parent)
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_STDLIB_DIR = str(Path(threading.__file__).resolve().parent)
+
+
+def learner_traceback(exc: BaseException) -> str:
+    """The traceback trimmed to the learner's own frames, without file names (deterministic)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    keep = []
+    for fr in frames:
+        fname = str(Path(fr.filename).resolve()) if fr.filename else ""
+        if fname.startswith((_OUR_DIR, _TORCH_DIR, _STDLIB_DIR)):
+            continue
+        line = (fr.line or "").strip()
+        keep.append(f"  line {fr.lineno}, in {fr.name}" + (f": {line}" if line else ""))
+    head = "Traceback (your code only):\n" if keep else ""
+    last = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return head + "\n".join(keep) + ("\n" if keep else "") + last
+
+
+def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
+             forbidden: tuple[str, ...] = (), max_square: int | None = None) -> CallOutcome:
+    """Call ``fn(*args)`` under the watch; never raises."""
+    outcome = CallOutcome()
+    aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
+    codes = _forbidden_code_objects(forbidden)
+
+    def profile(frame, event, arg):  # noqa: ANN001, ANN202
+        if event == "call" and frame.f_code in codes:
+            label = codes[frame.f_code]
+            if outcome.forbidden is None:
+                outcome.forbidden = label
+            raise ForbiddenCall(label)
+
+    def target() -> None:
+        try:
+            if codes:
+                sys.setprofile(profile)
+            with _Watch(aten, max_square, outcome) if (aten or max_square) \
+                    else contextlib.nullcontext():
+                outcome.value = fn(*args)
+        except _TimeLimit:
+            outcome.timed_out = True
+        except BaseException as e:  # the learner's error, whatever it is
+            outcome.error = e
+            try:
+                outcome.traceback_text = learner_traceback(e)
+            except Exception:
+                outcome.traceback_text = f"{type(e).__name__}: {e}"
+        finally:
+            if codes:
+                sys.setprofile(None)
+
+    buf = io.StringIO()
+    thread = threading.Thread(target=target, name="course_lib-check", daemon=True)
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            outcome.timed_out = True
+            _stop(thread)
+            thread.join(0.5)
+    outcome.printed = buf.getvalue()
+    return outcome
+
+
+def _stop(thread: threading.Thread) -> None:
+    """Ask a runaway thread to stop (takes effect at its next Python bytecode)."""
+    if thread.ident is None:
+        return
+    with contextlib.suppress(Exception):
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                   ctypes.py_object(_TimeLimit))
