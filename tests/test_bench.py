@@ -1,0 +1,206 @@
+"""Unit tests of course_lib.bench: formulas, statistics, schema, writers, a tiny end-to-end sweep.
+
+No assertion here depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import pytest
+import torch
+
+from course_lib import bench
+from course_lib.bench import report, timing
+from course_lib.bench.__main__ import _ints, build_parser, main
+from course_lib.bench.progress import Progress
+from course_lib.bench.workloads import attention, implementations
+
+
+def test_attention_flops_formula():
+    # 4·B·H·n²·d: two matmuls QKᵀ and PV of 2·n·n·d each, per head
+    assert bench.attention_flops(1, 1, 1, 1) == 4
+    assert bench.attention_flops(2, 8, 1024, 64) == 4 * 2 * 8 * 1024**2 * 64
+    assert bench.attention_flops(1, 8, 4096, 64, causal=True) == 2 * 8 * 4096**2 * 64
+    assert bench.attention_flops(1, 1, 10, 4, backward=True) == int(3.5 * 4 * 100 * 4)
+    assert bench.matmul_flops(3, 5, 7) == 2 * 3 * 5 * 7
+    with pytest.raises(ValueError, match="n must be"):
+        bench.attention_flops(1, 1, -3, 4)
+
+
+def test_attention_flops_matches_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from course_lib.reference import scaled_dot_product_attention
+
+    q = k = v = torch.randn(1, 2, 32, 8)
+    with FlopCounterMode(display=False) as fc:  # counts the two matmuls of the textbook path
+        scaled_dot_product_attention(q, k, v)
+    assert fc.get_total_flops() == bench.attention_flops(1, 2, 32, 8)
+
+
+def test_summarize_median_best_mean():
+    s = bench.summarize([3.0, 1.0, 2.0, 10.0])
+    assert s == {"median_s": 2.5, "best_s": 1.0, "mean_s": 4.0, "rounds": 4}
+    assert bench.summarize([5.0, 1.0, 2.0])["median_s"] == 2.0
+    with pytest.raises(ValueError):
+        bench.summarize([])
+
+
+def test_calls_per_sample():
+    assert timing.calls_per_sample(0.001, 0.02) == 20
+    assert timing.calls_per_sample(1.0, 0.02) == 1
+    assert timing.calls_per_sample(0.0, 0.02) == 1
+
+
+def test_interleaved_rounds_rotates_order_and_counts():
+    calls: list[str] = []
+    parts = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = bench.interleaved_rounds(parts, rounds=3, warmup=1, min_sample_s=0.0)
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+    timed = calls[3:]  # the first three are warm-up calls
+    assert timed == list("abc") + list("bca") + list("cab")
+    with pytest.raises(ValueError):
+        bench.interleaved_rounds(parts, rounds=0)
+
+
+def test_torch_impl_is_direct_sdpa_and_workloads_agree():
+    impls = implementations()
+    assert impls["torch"] is torch.nn.functional.scaled_dot_product_attention
+    assert {"reference", "flash", "sdpa"} <= set(impls)
+    outs = {i: attention(i, 1, 2, 40, 8, causal=True)() for i in impls}
+    for name, out in outs.items():
+        torch.testing.assert_close(out, outs["torch"], msg=name)
+    out = attention("flash", 1, 2, 16, 8, backward=True)()
+    assert out.requires_grad
+
+
+def test_measure_peak_memory_grows_with_allocation():
+    small = bench.measure_peak_memory("allocate", {"nbytes": 8 * 2**20})["peak_extra_bytes"]
+    big = bench.measure_peak_memory("allocate", {"nbytes": 64 * 2**20})["peak_extra_bytes"]
+    assert big > small + 40 * 2**20
+    assert big >= 60 * 2**20  # the allocation itself is counted
+
+
+def test_measure_peak_memory_many_isolates_points():
+    res = bench.measure_peak_memory_many([("allocate", {"nbytes": 64 * 2**20}, None),
+                                          ("allocate", {"nbytes": 4 * 2**20}, None)])
+    # the second, smaller point must not inherit the first point's high-water mark
+    assert res[0]["peak_extra_bytes"] >= 60 * 2**20
+    assert res[1]["peak_extra_bytes"] < 16 * 2**20
+
+
+def _fake_results() -> dict:
+    def row(impl, n, causal, t, mem):
+        return {"impl": impl, "n": n, "causal": causal, "backward": False,
+                "flops": bench.attention_flops(1, 8, n, 64, causal), "median_s": t, "best_s": t,
+                "mean_s": t, "rounds": 3, "times_s": [t, t, t],
+                "gflops_median": bench.attention_flops(1, 8, n, 64, causal) / t / 1e9,
+                "gflops_best": 1.0, "frac_matmul": 0.9, "peak_extra_bytes": mem}
+    results = []
+    for c in (False, True):
+        results += [row("reference", 4096, c, 3.0, 2**31), row("flash", 4096, c, 1.5, 2**25),
+                    row("sdpa", 4096, c, 1.02, 2**24), row("torch", 4096, c, 1.0, 2**24)]
+    results.append({"impl": "reference", "n": 8192, "causal": False, "flops": 1,
+                    "skipped": "naive path skipped"})
+    meta = {"device": "cpu", "device_name": "x", "dtype": "float32", "torch_version": "2",
+            "threads": 2, "cpu_model": "x", "batch": 1, "heads": 8, "d": 64, "rounds": 3,
+            "ns": [4096, 8192], "impls": ["reference", "flash", "sdpa", "torch"],
+            "flop_convention": bench.FLOP_CONVENTION, "backward": False,
+            "matmul": {"size": 2048, "dtype": "float32", "gflops_median": 100.0,
+                       "gflops_best": 110.0}}
+    return {"schema": bench.SCHEMA, "meta": meta, "results": results}
+
+
+def test_schema_validation_names_missing_piece():
+    data = _fake_results()
+    bench.validate(data)
+    bad = copy.deepcopy(data)
+    del bad["meta"]["threads"]
+    with pytest.raises(ValueError, match="threads"):
+        bench.validate(bad)
+    bad = copy.deepcopy(data)
+    del bad["results"][1]["median_s"]
+    with pytest.raises(ValueError, match="median_s"):
+        bench.validate(bad)
+    with pytest.raises(ValueError, match="schema"):
+        bench.validate({**data, "schema": "other"})
+
+
+def test_json_round_trip_and_markdown(tmp_path):
+    data = _fake_results()
+    j, md = bench.write_report(data, tmp_path)
+    assert j.name == "cpu-float32.json" and md.name == "cpu-float32.md"
+    assert bench.load_results(j) == json.loads(json.dumps(data))
+    text = md.read_text()
+    assert "| 4096 | flash | 1500.00 | 1500.00 |" in text
+    assert "| 8192 | reference | skipped |" in text
+    assert "## Causal attention" in text and "## Full (non-causal) attention" in text
+    assert "2048×2048 float32 matmul, 100.0 GFLOP/s median" in text
+
+
+def test_check_targets_on_known_numbers():
+    checks = {c["name"]: c for c in bench.check_targets(_fake_results())}
+    assert checks["sdpa overhead vs torch (full)"]["measured"] == pytest.approx(1.02)
+    assert checks["sdpa overhead vs torch (full)"]["passed"]
+    assert checks["flash time / sdpa time (causal)"]["measured"] == pytest.approx(1.5 / 1.02)
+    assert checks["flash memory / naive memory (full)"]["measured"] == pytest.approx(2**-6)
+    slow = _fake_results()
+    for r in slow["results"]:
+        if r["impl"] == "flash":
+            r["times_s"] = [3.0] * 3
+    checks = {c["name"]: c for c in bench.check_targets(slow)}
+    assert not checks["flash time / sdpa time (full)"]["passed"]
+
+
+def test_result_stem():
+    assert report.result_stem({"device": "cuda:0", "dtype": "bfloat16"}) == "cuda-bfloat16"
+    assert report.result_stem({"device": "cpu", "dtype": "float32", "backward": True}) == \
+        "cpu-float32-backward"
+
+
+def test_cli_parsing():
+    args = build_parser().parse_args(["--n", "256,512", "1024", "--causal", "yes", "--backward"])
+    assert _ints(args.n) == [256, 512, 1024] and args.causal == "yes" and args.backward
+    assert build_parser().parse_args([]).out == "bench/results"
+
+
+def test_progress_bar_writes_to_its_stream():
+    buf = io.StringIO()
+    bar = Progress(4, desc="bench", stream=buf)
+    for i in range(4):
+        bar.update(f"step {i}")
+    bar.close()
+    assert "4/4 100%" in buf.getvalue() and "[####" in buf.getvalue()
+    silent = io.StringIO()
+    Progress(2, stream=silent, enabled=False).update("x")
+    assert silent.getvalue() == ""
+
+
+def test_tiny_sweep_end_to_end(tmp_path, capsys):
+    rc = main(["--n", "32", "64", "--rounds", "2", "--out", str(tmp_path), "--min-sample-s",
+               "0", "--impls", "reference", "flash", "sdpa", "torch", "--matmul-size", "64",
+               "--no-memory", "--quiet"])
+    assert rc == 0
+    data = bench.load_results(tmp_path / "cpu-float32.json")
+    assert len(data["results"]) == 2 * 2 * 4  # causal × n × impl
+    for r in data["results"]:
+        assert r["rounds"] == 2 and r["best_s"] <= r["median_s"]
+        assert r["gflops_median"] == pytest.approx(r["flops"] / r["median_s"] / 1e9)
+    m = data["meta"]
+    assert m["threads"] == torch.get_num_threads() and m["torch_version"] == torch.__version__
+    assert m["matmul"]["samples"] == 2 * 2 * 2  # interleaved into every round of every point
+    assert (tmp_path / "cpu-float32.md").exists()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_sweep_with_batched_memory_and_naive_cap():
+    data = bench.run_sweep([64, 128], impls=["reference", "flash"], causal=[False], rounds=1,
+                           memory="batched", naive_max_n=64, matmul_size=64, min_sample_s=0.0,
+                           progress=False)
+    ref = bench.rows(data, "reference", timed_only=False)
+    assert [("skipped" in r) for r in ref] == [False, True]
+    assert all(r["peak_extra_bytes"] > 0 for r in bench.rows(data))
+    assert "one fresh subprocess" in data["meta"]["memory_method"]
