@@ -10,7 +10,8 @@ The two terms are equal at ``n = 2d`` (:func:`crossover_n`). Memory of the naive
 dominated by the ``(B, H, n, n)`` score matrix: ``B·H·n²·bytes`` (:func:`score_matrix_bytes`).
 
 The measuring helpers (:func:`peak_extra_memory`, :func:`time_call`, :func:`sweep`) are small on
-purpose: the chapter runs them live on a few sizes; the full sweep is ``python -m course_lib.bench``.
+purpose: the chapter runs them live on a few sizes; the full sweep is
+``python -m course_lib.bench``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def attention_core_flops(n: int, d: int, s: int | None = None, dv: int | None = 
 
 
 def projection_flops(n: int, d_model: int) -> int:
-    """FLOPs of the four ``(d_model, d_model)`` projections Q, K, V, out on ``n`` tokens: ``8·n·d²``."""
+    """FLOPs of the four ``(d_model, d_model)`` projections (Q, K, V, out) on ``n`` tokens: 8nd²."""
     return 4 * matmul_flops(n, d_model, d_model)
 
 
@@ -153,7 +154,7 @@ def self_attention_layer(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor
 
 
 def cache_sizes() -> dict[str, int]:
-    """CPU cache sizes in bytes, read from sysfs (``L1d``, ``L1i``, ``L2``, ``L3``); {} if unknown."""
+    """CPU cache sizes in bytes from sysfs: ``L1d``, ``L1i``, ``L2``, ``L3``; {} if unknown."""
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     sizes: dict[str, int] = {}
     if not root.is_dir():
@@ -249,7 +250,7 @@ def time_call(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float
 
 
 class ProgressBar:
-    """A plain text bar on stderr: ``label [#####.....] 5/10``; no timings, so its text is stable."""
+    """A text bar on stderr: ``label [#####.....] 5/10``; no timings, so its text is stable."""
 
     def __init__(self, total: int, label: str = "sweep", width: int = 20, stream=None) -> None:
         self.total, self.label, self.width = total, label, width
@@ -279,7 +280,7 @@ def sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[
         g = torch.Generator().manual_seed(seed + n)
         q, k, v = (torch.randn(batch, heads, n, d, generator=g) for _ in range(3))
         for name, attend in implementations.items():
-            def call(attend=attend):
+            def call(attend=attend, q=q, k=k, v=v):
                 return attend(q, k, v)
 
             seconds = time_call(call, repeats=repeats, warmup=1)

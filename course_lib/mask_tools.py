@@ -56,12 +56,12 @@ def to_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
-    """``(B, S)`` ``key_padding_mask`` (True = ignore) -> ``(B, 1, 1, S)`` SDPA mask (True = attend)."""
+    """``(B, S)`` ``key_padding_mask`` (True = ignore) -> ``(B, 1, 1, S)`` mask (True = attend)."""
     return ~key_padding_mask.bool()[:, None, None, :]
 
 
 def to_mha_attn_mask(mask: torch.Tensor) -> torch.Tensor:
-    """``(L, S)`` SDPA bool mask -> ``attn_mask`` of ``nn.MultiheadAttention``: True = *not* allowed."""
+    """``(L, S)`` SDPA mask -> ``attn_mask`` of ``nn.MultiheadAttention`` (True = not allowed)."""
     return ~mask
 
 

@@ -27,7 +27,7 @@ def _vocab() -> dict[str, int]:
 
 
 def batch_tokens(sequence: int = 1, pads: int = 2) -> torch.Tensor:
-    """``(3, 6)`` token ids of the explorer's batch: the last ``pads`` ids of ``sequence`` are pads."""
+    """``(3, 6)`` token ids of the batch; the last ``pads`` ids of ``sequence`` are pad ids."""
     vocab = _vocab()
     tokens = torch.tensor([[vocab[w] for w in s] for s in SENTENCES])
     if pads:
@@ -89,7 +89,7 @@ def draw_padded_batch(fig: plt.Figure, sequence: int = 1, pads: int = 2,
 
 
 def padded_batch_explorer() -> Explorer:
-    """Choose the padded sequence and its number of pads, toggle causal; the book plays 10 frames."""
+    """Choose the padded sequence and its pads, toggle causal; the book plays 10 frames."""
     frames = [{"pads": p, "causal": c} for c in ("off", "on") for p in range(5)]
     return Explorer(
         draw=draw_padded_batch,
