@@ -37,6 +37,14 @@ def split_heads_without_permute(x: torch.Tensor, num_heads: int) -> torch.Tensor
     return x.reshape(B, num_heads, N, E // num_heads)
 
 
+def head_scores(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
+    """Scaled scores ``(B, H, N, N)`` = q_h k_hᵀ / √D of ``layer`` on ``x (B, N, E)`` (no bias
+    assumptions: uses the layer's own qkv projection)."""
+    q, k, _ = layer.qkv(x).chunk(3, dim=-1)
+    qh, kh = split_heads(q, layer.num_heads), split_heads(k, layer.num_heads)
+    return qh @ kh.transpose(-2, -1) / qh.shape[-1] ** 0.5
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of scalar parameters in ``module`` (trainable or not)."""
     return sum(p.numel() for p in module.parameters())

@@ -66,3 +66,11 @@ def test_depth_profile_attention_only_collapses_residual_does_not():
 def test_token_spread():
     assert mt.token_spread(torch.ones(1, 4, 3)) == 0.0
     assert mt.token_spread(torch.tensor([[[1.0], [-1.0]]])) == pytest.approx(1.0)
+
+
+def test_head_scores_softmax_equals_layer_weights():
+    layer, x = mt.toy_heads_layer()
+    with torch.no_grad():
+        _, w = layer(x, need_weights=True)
+        s = mt.head_scores(layer, x)
+    torch.testing.assert_close(torch.softmax(s, -1), w)
