@@ -56,7 +56,8 @@ class CheckResult:
         return f"{self.headline}\n{self.message}"
 
     def __str__(self) -> str:   # the repr plus the value-dependent details (CLI)
-        return repr(self) + (f"\nDetails: {self.details}" if self.details else "")
+        extra = self.details and self.details not in self.message
+        return repr(self) + (f"\nDetails: {self.details}" if extra else "")
 
     def _repr_html_(self) -> str:
         border, bg, fg = _COLOURS[self.status]

@@ -57,6 +57,12 @@ class _Watch(TorchDispatchMode):
         self.max_square = max_square
         self.outcome = outcome
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # The default (True) wraps __torch_dispatch__ with torch._dynamo.disable, whose first use
+        # imports torch._dynamo (seconds): that would eat into the learner's time limit.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = func.overloadpacket.__name__
         if name in self.aten_names:
@@ -139,9 +145,11 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             if codes:
                 sys.setprofile(None)
 
-    buf = io.StringIO()
+    if aten or max_square:
+        _warm_up()
+    buf, err = io.StringIO(), io.StringIO()
     thread = threading.Thread(target=target, name="course_lib-check", daemon=True)
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         thread.start()
         thread.join(timeout)
         if thread.is_alive():
@@ -150,6 +158,18 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             thread.join(0.5)
     outcome.printed = buf.getvalue()
     return outcome
+
+
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Run the watch once in this thread, so no lazy import happens under the time limit."""
+    global _WARM
+    if not _WARM:
+        with _Watch({"_no_such_op": ""}, 2, CallOutcome()):
+            (torch.ones(2, 2) @ torch.ones(2, 2)).exp()
+        _WARM = True
 
 
 def _stop(thread: threading.Thread) -> None:

@@ -139,9 +139,9 @@ def _masked_cases(gen: torch.Generator) -> list[Case]:
     dead[3] = False
     f64 = torch.float64
     return [
-        Case("causal", (r(6, 4), r(6, 4), r(6, 3), causal), note="mask (6, 6) lower triangle"),
+        Case("causal", (r(6, 4), r(6, 4), r(6, 3), causal), note="lower-triangular mask"),
         Case("padding, L != S", (r(2, 3, 4, 8), r(2, 3, 7, 8), r(2, 3, 7, 5), pad),
-             note="mask (2, 1, 1, 7): the last keys of each sequence are padding"),
+             note="the last keys of each sequence are padding"),
         Case("fully masked rows", (r(5, 6, dtype=f64), r(4, 6, dtype=f64), r(4, 2, dtype=f64),
                                    dead),
              note="rows 1 and 3 of the mask are all False: those queries must get zeros"),

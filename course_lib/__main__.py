@@ -1,0 +1,202 @@
+"""Command line: ``python -m course_lib <command>``.
+
+Commands (argparse subparsers; add new ones with :func:`add_command`)::
+
+    python -m course_lib list                              # all exercises
+    python -m course_lib check ID FILE.py [--function NAME] [--timeout S]
+    python -m course_lib hint ID [--level N]
+    python -m course_lib solution ID
+    python -m course_lib progress                          # your recorded outcomes
+
+Exit status of ``check``: 0 passed, 1 not passed (or not attempted), 2 usage or load error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _UsageError(Exception):
+    """A problem with the command line or the learner's file: exit status 2."""
+
+
+def _exercises():  # noqa: ANN202 - imported lazily so `--help` stays fast
+    from course_lib import exercises
+
+    return exercises
+
+
+def _known_id(exercise_id: str) -> None:
+    ex = _exercises()
+    try:
+        ex.get_exercise(exercise_id)
+    except KeyError as e:
+        raise _UsageError(str(e.args[0])) from None
+
+
+def load_file(path: str) -> ModuleType:
+    """Import the learner's file as a fresh module (its ``__main__`` block does not run)."""
+    p = Path(path)
+    if not p.is_file():
+        raise _UsageError(f"no such file: {path}")
+    name = f"course_lib_submission_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise _UsageError(f"cannot load {path} as Python code (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:  # SyntaxError, ImportError, SystemExit in the learner's file...
+        sys.modules.pop(name, None)
+        lines = traceback.format_exception_only(type(e), e)
+        raise _UsageError(f"could not load {path}:\n" + "".join(lines).rstrip()) from None
+    return module
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = _exercises().list_exercises()
+    width = max(len(r["id"]) for r in rows)
+    chapter_width = max(len(r["chapter"]) for r in rows)
+    for r in rows:
+        print(f"{r['id']:<{width}}  {r['chapter']:<{chapter_width}}  {r['title']}")
+        print(f"{'':<{width}}  {'':<{chapter_width}}  {r['signature']}")
+    print(f"\n{len(rows)} exercises. Check one: python -m course_lib check ID FILE.py")
+    return EXIT_PASS
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    ex = _exercises()
+    _known_id(args.id)
+    exercise = ex.get_exercise(args.id)
+    module = load_file(args.file)
+    name = args.function or exercise.function_name
+    fn = getattr(module, name, None)
+    if fn is None:
+        defined = sorted(k for k, v in vars(module).items()
+                         if callable(v) and getattr(v, "__module__", None) == module.__name__)
+        raise _UsageError(
+            f"{args.file} defines no function named {name!r}"
+            + (f" (it defines: {', '.join(defined)}); use --function NAME" if defined else ""))
+    result = ex.check(args.id, fn, timeout=args.timeout)
+    print(str(result))
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def cmd_hint(args: argparse.Namespace) -> int:
+    _known_id(args.id)
+    print(_exercises().hint(args.id, level=args.level))
+    return EXIT_PASS
+
+
+def cmd_solution(args: argparse.Namespace) -> int:
+    _known_id(args.id)
+    print(_exercises().solution(args.id), end="")
+    return EXIT_PASS
+
+
+def cmd_progress(args: argparse.Namespace) -> int:
+    ex = _exercises()
+    path = ex.progress_path()
+    data = ex.load_progress(path)["exercises"]
+    rows = ex.list_exercises()
+    width = max(len(r["id"]) for r in rows)
+    done = 0
+    for r in rows:
+        entry = data.get(r["id"])
+        if entry is None:
+            state = "not attempted"
+        elif entry.get("passed"):
+            state = f"passed ({entry.get('attempts', 0)} checks)"
+            done += 1
+        else:
+            last = entry.get("last_mistake") or entry.get("last_status", "")
+            state = f"not yet ({entry.get('attempts', 0)} checks, last: {last})"
+        mark = "✓" if entry and entry.get("passed") else ("✗" if entry else "·")
+        print(f"{mark} {r['id']:<{width}}  {state}")
+    print(f"\n{done} of {len(rows)} exercises passed. Progress file: {path}")
+    return EXIT_PASS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib",
+        description="Companion tools of 'Self-Attention, Executed': exercise checkers.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("list", help="list all exercises")
+    p.set_defaults(handler=cmd_list)
+
+    p = sub.add_parser("check", help="check your solution in FILE.py",
+                       description="Exit status: 0 passed, 1 not yet, 2 usage or load error.")
+    p.add_argument("id", help="exercise id (see `list`)")
+    p.add_argument("file", help="the .py file that defines your function")
+    p.add_argument("--function", metavar="NAME",
+                   help="the function's name in FILE (default: the exercise's function name)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds allowed per call of your function (default 10)")
+    p.set_defaults(handler=cmd_check)
+
+    p = sub.add_parser("hint", help="show a hint")
+    p.add_argument("id")
+    p.add_argument("--level", type=int, default=1, help="1 = gentlest; the last nearly tells")
+    p.set_defaults(handler=cmd_hint)
+
+    p = sub.add_parser("solution", help="show the reference solution")
+    p.add_argument("id")
+    p.set_defaults(handler=cmd_solution)
+
+    p = sub.add_parser("progress", help="show your recorded progress")
+    p.set_defaults(handler=cmd_progress)
+
+    for name, (help_text, configure, handler) in _EXTRA_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        configure(p)
+        p.set_defaults(handler=handler)
+    return parser
+
+
+_EXTRA_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
+
+
+def add_command(name: str, help_text: str,
+                configure: Callable[[argparse.ArgumentParser], None], handler: Handler) -> None:
+    """Register another subcommand (``handler(args) -> exit status``) before ``main`` runs."""
+    _EXTRA_COMMANDS[name] = (help_text, configure, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")  # type: ignore[union-attr]
+        except Exception:
+            pass
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except _UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # e.g. `python -m course_lib list | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except Exception:
+            pass
+        return EXIT_PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
