@@ -1,10 +1,11 @@
 """course_lib: the companion package of *Self-Attention, Executed*.
 
-Three interchangeable attention implementations share torch's SDPA signature::
+Three interchangeable attention implementations share torch's SDPA signature, query
+``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``::
 
     from course_lib import IMPLEMENTATIONS
     for name, attend in IMPLEMENTATIONS.items():
-        out = attend(q, k, v, is_causal=True)   # (..., L, E), (..., S, E), (..., S, Ev) -> (..., L, Ev)
+        out = attend(q, k, v, is_causal=True)  # (..., L, Ev)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import flash, reference, sdpa
+from . import flash, masks, reference, sdpa
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,7 @@ IMPLEMENTATIONS: dict[str, AttentionFn] = {
     "sdpa": sdpa.scaled_dot_product_attention,
 }
 
-__all__ = ["IMPLEMENTATIONS", "AttentionFn", "flash", "reference", "sdpa", "__version__"]
+from . import multihead  # noqa: E402  (uses IMPLEMENTATIONS at call time)
+
+__all__ = ["IMPLEMENTATIONS", "AttentionFn", "flash", "masks", "multihead", "reference", "sdpa",
+           "__version__"]
