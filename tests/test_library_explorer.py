@@ -57,3 +57,15 @@ def test_static_figures_draw():
     plot_tied_vs_untied(fig3, st.scores, tied.scores, tokens)
     assert [t.get_text() for t in fig3.axes[0].get_xticklabels()] == tokens
     plt.close("all")
+
+
+def test_diverging_heatmap_text_stays_readable():
+    from course_lib.plots.library import diverging_heatmap
+
+    fig, ax = plt.subplots()
+    m = torch.tensor([[-4.0, 0.1], [2.0, 4.0]])
+    diverging_heatmap(ax, m, ["a", "b"], ["x", "y"], title="t")
+    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    assert colours == {"-4.0": "white", "0.1": "black", "2.0": "black", "4.0": "white"}
+    assert ax.images[0].get_clim() == (-4.0, 4.0)
+    plt.close(fig)

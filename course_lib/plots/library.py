@@ -40,7 +40,7 @@ def plot_temperature_sweep(
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("temperature T (log scale, dimensionless)")
     ax.set_ylabel("attention weight")
-    ax.set_title(f"Soft lookup for {query_name!r}: hard at small T, uniform at large T")
+    ax.set_title(f"Soft lookup for {query_name!r}: from hard to uniform")
     ax.legend(fontsize=8, loc="center right", frameon=False)
     return w
 
@@ -74,6 +74,21 @@ def draw_lookup(
     return weights, retrieved
 
 
+def diverging_heatmap(
+    ax: plt.Axes, matrix: torch.Tensor, tokens: Sequence[str], key_tokens: Sequence[str],
+    title: str, lim: float | None = None, fmt: str = "{:.1f}",
+) -> None:
+    """A heatmap centred on 0 (blue negative, red positive), annotated in a colour that stays
+    readable: dark text on pale cells, white text on saturated ones."""
+    data = matrix.detach().double().cpu().numpy()
+    lim = float(np.abs(data).max()) if lim is None else lim
+    heatmap(ax, data, tokens, key_tokens, title=title, cmap="RdBu_r", vmin=-lim, vmax=lim)
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            ax.text(j, i, fmt.format(data[i, j] + 0.0), ha="center", va="center", fontsize=8,
+                    color="white" if abs(data[i, j]) > 0.6 * lim else "black")
+
+
 def plot_steps(
     fig: plt.Figure, scaled: torch.Tensor, weights: torch.Tensor, tokens: Sequence[str],
     key_tokens: Sequence[str] | None = None,
@@ -81,9 +96,8 @@ def plot_steps(
     """Scaled scores and attention weights of a worked example, as labelled heatmaps."""
     key_tokens = tokens if key_tokens is None else key_tokens
     ax_s, ax_w = fig.subplots(1, 2)
-    heatmap(ax_s, scaled, tokens, key_tokens, title=r"scaled scores $QK^\top/\sqrt{d_k}$",
-            cmap="RdBu_r", vmin=-float(scaled.abs().max()), vmax=float(scaled.abs().max()),
-            annotate=True, fmt="{:.1f}")
+    diverging_heatmap(ax_s, scaled, tokens, key_tokens,
+                      title=r"scaled scores $QK^\top/\sqrt{d_k}$")
     heatmap(ax_w, weights, tokens, key_tokens, title="attention weights (rows sum to 1)",
             vmin=0.0, vmax=1.0, annotate=True)
     fig.tight_layout()
@@ -95,8 +109,6 @@ def plot_tied_vs_untied(
     """Raw scores with independent W_Q, W_K next to scores with W_K = W_Q (a symmetric matrix)."""
     lim = float(max(untied.abs().max(), tied.abs().max()))
     ax_u, ax_t = fig.subplots(1, 2)
-    heatmap(ax_u, untied, tokens, tokens, title=r"independent $W_Q, W_K$", cmap="RdBu_r",
-            vmin=-lim, vmax=lim, annotate=True, fmt="{:.1f}")
-    heatmap(ax_t, tied, tokens, tokens, title=r"tied $W_K = W_Q$: symmetric", cmap="RdBu_r",
-            vmin=-lim, vmax=lim, annotate=True, fmt="{:.1f}")
+    diverging_heatmap(ax_u, untied, tokens, tokens, title=r"independent $W_Q, W_K$", lim=lim)
+    diverging_heatmap(ax_t, tied, tokens, tokens, title=r"tied $W_K = W_Q$: symmetric", lim=lim)
     fig.tight_layout()
