@@ -1,0 +1,213 @@
+r"""Teaching tools for the Flash chapter: byte counts, a traced tile loop, shape recording,
+and the backward pass by recomputation.
+
+Symbols are those of :mod:`course_lib.flash`: per query row a running maximum ``m``, a running
+sum ``ℓ`` of ``e^{S - m}`` and a rescaled accumulator ``O``; after the last key tile the output
+is ``O / ℓ``. Shapes: ``q (L, E)``, ``k (S, E)``, ``v (S, Ev)`` for the single-head tools.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: Vendor peak figures for the memory-hierarchy comparison (NVIDIA H100 SXM5 datasheet:
+#: dense BF16 tensor-core throughput and HBM3 bandwidth).
+H100_BF16_FLOPS = 989.4e12
+H100_HBM_BYTES_PER_S = 3.35e12
+
+# ----------------------------------------------------------------------------- byte counting
+
+
+def naive_bytes(n: int, d: int, bytes_per_element: int = 4) -> int:
+    """Bytes one head of the textbook path moves to and from main memory (lower bound).
+
+    Reads Q, K (``2nd``); writes S (``n²``); softmax reads S and writes P (``2n²``); reads P and
+    V (``n² + nd``); writes O (``nd``): ``(4n² + 4nd)`` elements.
+    """
+    return bytes_per_element * (4 * n * n + 4 * n * d)
+
+
+def flash_bytes(n: int, d: int, block_q: int, bytes_per_element: int = 4) -> int:
+    """Bytes one head of the tiled path moves: Q read and O written once (``2nd``), K and V
+    re-read once per query block (``2nd·⌈n/B_q⌉``); the tiles stay in fast memory."""
+    return bytes_per_element * (2 * n * d + 2 * n * d * math.ceil(n / block_q))
+
+
+def arithmetic_intensity(n: int, d: int, path: str = "naive", block_q: int = 128,
+                         bytes_per_element: int = 4) -> float:
+    """FLOPs per byte moved, ``4n²d / bytes``, for ``path`` in ``{"naive", "flash"}``."""
+    flops = 4 * n * n * d
+    if path == "naive":
+        return flops / naive_bytes(n, d, bytes_per_element)
+    if path == "flash":
+        return flops / flash_bytes(n, d, block_q, bytes_per_element)
+    raise ValueError(f"path must be 'naive' or 'flash', got {path!r}")
+
+
+def memory_bandwidth(nbytes: int = 2**28, rounds: int = 5) -> float:
+    """Measured main-memory bandwidth in bytes/s: best of ``rounds`` copies of ``nbytes``
+    (a copy reads and writes, so it moves ``2·nbytes``)."""
+    import time
+
+    src = torch.ones(nbytes // 4)
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+# ----------------------------------------------------------------------------- traced tiles
+
+
+@dataclass
+class TileStep:
+    """The state after processing tile ``(i, j)``: query rows ``rows``, key columns ``cols``."""
+
+    i: int
+    j: int
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+    scores: torch.Tensor   #: ``(B_q, B_k)`` scaled scores of this tile (masked entries -inf)
+    m: torch.Tensor        #: ``(L,)`` running maxima (``-inf`` for rows not started)
+    ell: torch.Tensor      #: ``(L,)`` running sums ℓ
+    O: torch.Tensor        #: ``(L, Ev)`` unnormalised accumulators
+
+
+def tile_trace(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_q: int, block_k: int,
+               causal: bool = False) -> list[TileStep]:
+    """Run the tiled online-softmax loop on one head and record ``m, ℓ, O`` after every tile.
+
+    ``q (L, E)``, ``k (S, E)``, ``v (S, Ev)``. The last step's ``O / ℓ`` is the attention output.
+    """
+    L, S = q.shape[0], k.shape[0]
+    s = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.full((L,), float("-inf"), dtype=q.dtype)
+    ell = torch.zeros(L, dtype=q.dtype)
+    O = torch.zeros(L, v.shape[-1], dtype=q.dtype)
+    steps: list[TileStep] = []
+    for i, i0 in enumerate(range(0, L, block_q)):
+        i1 = min(i0 + block_q, L)
+        for j, j0 in enumerate(range(0, S, block_k)):
+            j1 = min(j0 + block_k, S)
+            if causal and j0 > i1 - 1:
+                break
+            S_ij = (q[i0:i1] @ k[j0:j1].T) * s
+            if causal:
+                rows = torch.arange(i0, i1)[:, None]
+                S_ij = S_ij.masked_fill(torch.arange(j0, j1) > rows, float("-inf"))
+            m_new = torch.maximum(m[i0:i1], S_ij.amax(dim=-1))
+            P_ij = torch.exp(S_ij - m_new[:, None])
+            alpha = torch.exp(m[i0:i1] - m_new)            # e^{m_old - m_new}; 0 on first tile
+            ell[i0:i1] = alpha * ell[i0:i1] + P_ij.sum(dim=-1)
+            O[i0:i1] = alpha[:, None] * O[i0:i1] + P_ij @ v[j0:j1]
+            m[i0:i1] = m_new
+            steps.append(TileStep(i, j, (i0, i1), (j0, j1), S_ij.clone(), m.clone(),
+                                  ell.clone(), O.clone()))
+    return steps
+
+
+def online_softmax_trace(blocks: list[torch.Tensor]) -> list[tuple[float, float]]:
+    """``(m, ℓ)`` after each 1-D block of one row of scores, read once, left to right."""
+    m, ell, out = -math.inf, 0.0, []
+    for b in blocks:
+        m_new = max(m, float(b.max()))
+        ell = math.exp(m - m_new) * ell + float(torch.exp(b - m_new).sum())
+        m = m_new
+        out.append((m, ell))
+    return out
+
+
+# ----------------------------------------------------------------------------- shape recording
+
+
+class ShapeRecorder(TorchDispatchMode):
+    """Records the shape of every tensor an ATen op returns while the mode is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.shapes.append((str(func.overloadpacket.__name__), tuple(t.shape)))
+        return out
+
+
+def created_shapes(fn: Callable[..., Any], *args: Any, **kwargs: Any
+                   ) -> list[tuple[str, tuple[int, ...]]]:
+    """``(op name, shape)`` of every tensor created while running ``fn(*args, **kwargs)``."""
+    with ShapeRecorder() as rec:
+        fn(*args, **kwargs)
+    return rec.shapes
+
+
+def largest_created(shapes: list[tuple[str, tuple[int, ...]]]) -> tuple[str, tuple[int, ...]]:
+    """The ``(op, shape)`` with the most elements."""
+    return max(shapes, key=lambda s: math.prod(s[1]))
+
+
+def has_square_tensor(shapes: list[tuple[str, tuple[int, ...]]], L: int, S: int) -> bool:
+    """True if any created tensor has ``L`` and ``S`` as two of its dims (an ``(L, S)`` matrix)."""
+    for _, shape in shapes:
+        dims = list(shape)
+        if L in dims:
+            dims.remove(L)
+            if S in dims:
+                return True
+    return False
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+def flash_forward_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 64
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tiled forward over key blocks returning ``(out (..., L, Ev), lse (..., L))`` where
+    ``lse = m + log ℓ`` is all the backward pass keeps about the softmax."""
+    s = 1.0 / math.sqrt(q.shape[-1])
+    m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
+    ell = torch.zeros(q.shape[:-1], dtype=q.dtype)
+    O = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    for j0 in range(0, k.shape[-2], block_k):
+        S_j = (q @ k[..., j0:j0 + block_k, :].transpose(-2, -1)) * s
+        m_new = torch.maximum(m, S_j.amax(dim=-1))
+        P_j = torch.exp(S_j - m_new[..., None])
+        alpha = torch.exp(m - m_new)
+        ell = alpha * ell + P_j.sum(dim=-1)
+        O = alpha[..., None] * O + P_j @ v[..., j0:j0 + block_k, :]
+        m = m_new
+    return O / ell[..., None], m + torch.log(ell)
+
+
+def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, grad_out: torch.Tensor, block_k: int = 64
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dQ, dK, dV)`` by recomputing each key block's ``P_j = e^{s·Q K_jᵀ − lse}``.
+
+    With ``D = rowsum(dO ∘ O)``: ``dV_j = P_jᵀ dO``, ``dP_j = dO V_jᵀ``,
+    ``dS_j = P_j ∘ (dP_j − D)``, ``dQ += s·dS_j K_j``, ``dK_j = s·dS_jᵀ Q``.
+    Only ``(L, B_k)`` tiles exist; nothing of size ``(L, S)`` is stored or rebuilt at once.
+    """
+    s = 1.0 / math.sqrt(q.shape[-1])
+    D = (grad_out * out).sum(dim=-1, keepdim=True)            # (..., L, 1)
+    dq = torch.zeros_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, k.shape[-2], block_k):
+        k_j, v_j = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
+        P_j = torch.exp((q @ k_j.transpose(-2, -1)) * s - lse[..., None])   # recomputed
+        dv[..., j0:j0 + block_k, :] = P_j.transpose(-2, -1) @ grad_out
+        dS_j = P_j * (grad_out @ v_j.transpose(-2, -1) - D)
+        dq += s * dS_j @ k_j
+        dk[..., j0:j0 + block_k, :] = s * dS_j.transpose(-2, -1) @ q
+    return dq, dk, dv

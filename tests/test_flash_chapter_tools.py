@@ -1,0 +1,121 @@
+"""Flash chapter: byte counts, the traced tile loop, shape recording, recomputed backward,
+figures and the tile explorer (drawn headlessly)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_lib import flash, flash_tools, reference  # noqa: E402
+from course_lib.plots import flash as flash_plots  # noqa: E402
+from course_lib.widgets import flash as flash_widgets  # noqa: E402
+
+
+def test_byte_counts_and_intensity():
+    assert flash_tools.naive_bytes(10, 2) == 4 * (4 * 100 + 4 * 20)
+    assert flash_tools.flash_bytes(10, 2, block_q=5) == 4 * (2 * 20 + 2 * 20 * 2)
+    # naive intensity tends to d/4 (every score written and read twice), tiled to B_q/2
+    assert flash_tools.arithmetic_intensity(2**20, 64) == pytest.approx(16, rel=1e-3)
+    assert flash_tools.arithmetic_intensity(2**20, 64, "flash", 128) == pytest.approx(64,
+                                                                                     rel=1e-3)
+    with pytest.raises(ValueError):
+        flash_tools.arithmetic_intensity(8, 8, "other")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tile_trace_ends_at_attention_and_tracks_running_max(causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(10, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    steps = flash_tools.tile_trace(q, k, v, 4, 3, causal=causal)
+    n_tiles = sum(1 for i0 in range(0, 10, 4) for j0 in range(0, 10, 3)
+                  if not (causal and j0 > min(i0 + 4, 10) - 1))
+    assert len(steps) == n_tiles
+    last = steps[-1]
+    torch.testing.assert_close(last.O / last.ell[:, None],
+                               reference.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    scores = (q @ k.T) / math.sqrt(3)
+    if causal:
+        scores = scores.masked_fill(torch.ones(10, 10, dtype=torch.bool).triu(1), -math.inf)
+    for st in steps:  # m of the current rows = max over the key columns seen so far
+        (i0, i1), (_, j1) = st.rows, st.cols
+        torch.testing.assert_close(st.m[i0:i1], scores[i0:i1, :j1].amax(dim=-1))
+        torch.testing.assert_close(st.ell[i0:i1],
+                                   torch.exp(scores[i0:i1, :j1] - st.m[i0:i1, None]).sum(-1))
+
+
+def test_online_softmax_trace_matches_direct_statistics():
+    blocks = [torch.tensor([1.0, 3.0]), torch.tensor([7.0, -2.0]), torch.tensor([5.0])]
+    m, ell = flash_tools.online_softmax_trace(blocks)[-1]
+    x = torch.cat(blocks)
+    assert m == 7.0
+    assert ell == pytest.approx(float(torch.exp(x - 7.0).sum()))
+    assert flash_tools.online_softmax_trace(blocks)[0][0] == 3.0
+
+
+def test_shape_recorder_sees_naive_square_but_not_flash():
+    q, k, v = (torch.randn(1, 1, 300, 8) for _ in range(3))
+    naive = flash_tools.created_shapes(reference.scaled_dot_product_attention, q, k, v)
+    tiled = flash_tools.created_shapes(flash.scaled_dot_product_attention, q, k, v,
+                                       block_size=64)
+    assert flash_tools.has_square_tensor(naive, 300, 300)
+    assert not flash_tools.has_square_tensor(tiled, 300, 300)
+    assert math.prod(flash_tools.largest_created(tiled)[1]) <= 64 * 64 * 8
+    assert flash_tools.has_square_tensor([("x", (2, 5, 7))], 7, 5)
+    assert not flash_tools.has_square_tensor([("x", (2, 5, 9))], 7, 5)
+
+
+def test_recomputed_backward_equals_autograd():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 21, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    out, lse = flash_tools.flash_forward_lse(q, k, v, block_k=4)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref = reference.scaled_dot_product_attention(*leaves)
+    torch.testing.assert_close(out, ref.detach())
+    torch.testing.assert_close(lse, torch.logsumexp((q @ k.transpose(-2, -1)) / math.sqrt(5), -1))
+    grad_out = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    ref.backward(grad_out)
+    grads = flash_tools.flash_backward(q, k, v, out, lse, grad_out, block_k=4)
+    for mine, leaf in zip(grads, leaves, strict=True):
+        torch.testing.assert_close(mine, leaf.grad)
+
+
+def test_explorer_frames_show_trace_and_final_output():
+    ex = flash_widgets.tile_explorer()
+    assert len(ex.player_frames()) == 9  # 3×3 tiles, within the book's frame budget
+    q, k, v = flash_widgets.example_qkv()
+    for causal in (False, True):
+        fig = ex.render(step=99, causal=causal)  # clamped to the last tile
+        o_ax = fig.axes[3]
+        shown = np.asarray(o_ax.images[0].get_array())
+        expected = reference.scaled_dot_product_attention(q, k, v, is_causal=causal).numpy()
+        np.testing.assert_allclose(shown, expected, rtol=1e-10)
+        plt.close(fig)
+    fig = ex.render(step=1)
+    shown_scores = np.ma.filled(fig.axes[0].images[0].get_array(), np.nan)
+    assert np.isfinite(shown_scores).sum() == 16  # only the first 4×4 tile has been seen
+    m_texts = [t.get_text() for t in fig.axes[1].texts]
+    st = flash_widgets.state(1)
+    assert m_texts[:4] == [f"{x:.2f}" for x in st["m"][:4]] and m_texts[4:] == ["–"] * 8
+    plt.close(fig)
+
+
+def test_figures_draw():
+    fig, axes = plt.subplots(1, 3)
+    flash_plots.intensity_plot(axes[0], [256, 512], 64, 128, {"cpu": 10.0})
+    counts = flash_plots.tile_grid(axes[1], 8, 8, 4, 2, causal=True)
+    assert counts == {"full": 2, "diagonal": 4, "skipped": 2}  # 2 row blocks × 4 col blocks
+    rows = [{"impl": "flash", "n": n, "peak_extra_bytes": n * 2**20, "median_s": 1.0}
+            for n in (2, 1)]
+    series = flash_plots.memory_series(rows, ["flash", "sdpa"])
+    assert series == {"flash": ([1, 2], [1.0, 2.0])}
+    flash_plots.per_impl_vs_n(axes[2], series, "MiB", "t", guides={"×2": 1.0})
+    assert len(axes[2].lines) == 2
+    plt.close(fig)
