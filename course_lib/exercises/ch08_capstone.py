@@ -1,0 +1,98 @@
+"""Chapter 8 (capstone): ``induction_score``, reading an induction head off its attention map."""
+
+from __future__ import annotations
+
+import torch
+
+from ._spec import Case, Exercise, Mistake
+
+
+def _causal_attention(n: int, gen: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """A random (n, n) causal attention map: rows sum to 1, zeros above the diagonal."""
+    scores = 2.0 * torch.randn(n, n, generator=gen, dtype=torch.float64)
+    scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(-1).to(dtype)
+
+
+def _cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("N=12, period 6", (_causal_attention(12, gen), 6), note="two copies of 6 tokens"),
+        Case("N=15, period 5", (_causal_attention(15, gen), 5), note="three copies"),
+        Case("N=9, period 4", (_causal_attention(9, gen, torch.float64), 4),
+             note="float64, the last copy is cut short"),
+        Case("N=7, period 2", (_causal_attention(7, gen), 2)),
+    ]
+
+
+def _oracle(attn: torch.Tensor, period: int) -> float:
+    n = attn.shape[-1]
+    return float(sum(attn[i, i - period + 1].item() for i in range(period, n)) / (n - period))
+
+
+def induction_score(attn: torch.Tensor, period: int) -> float:
+    """Mean weight that query i puts on key i - period + 1, over the repeat i = period ... N-1.
+
+    attn: (N, N) attention weights (row = query, column = key) of one head on a sequence whose
+    tokens repeat with this period (token i equals token i - period).
+    """
+    n = attn.shape[-1]
+    rows = torch.arange(period, n)          # the queries inside the repeat
+    cols = rows - period + 1                # the token right after the earlier occurrence
+    return attn[rows, cols].mean().item()
+
+
+def _same_token(attn, period):            # the earlier copy of the same token
+    n = attn.shape[-1]
+    return float(sum(attn[i, i - period].item() for i in range(period, n)) / (n - period))
+
+
+def _whole_diagonal(attn, period):         # also row period-1, which is not in the repeat
+    return attn.diagonal(-(period - 1)).mean().item()
+
+
+def _summed(attn, period):
+    n = attn.shape[-1]
+    return float(sum(attn[i, i - period + 1].item() for i in range(period, n)))
+
+
+def _previous_token(attn, period):
+    return attn.diagonal(-1).mean().item()
+
+
+def _transposed(attn, period):
+    return _oracle(attn.T.contiguous(), period)
+
+
+INDUCTION_SCORE = Exercise(
+    id="induction_score",
+    chapter="08_capstone",
+    title="The induction score of an attention map",
+    signature="induction_score(attn (N, N), period) -> float",
+    params=("attn", "period"),
+    cases=_cases,
+    oracle=_oracle,
+    solution=induction_score,
+    hints=(
+        "In the repeat, query i holds the same token as position i - period. An induction head "
+        "looks at what came *after* that earlier occurrence, to predict what comes next.",
+        "So read the weights attn[i, i - period + 1] for the queries i = period, ..., N-1 (the "
+        "ones that have an earlier occurrence) and average them: N - period numbers.",
+        "rows = torch.arange(period, N); return attn[rows, rows - period + 1].mean().item()",
+    ),
+    mistakes=(
+        Mistake("same_token", "You read attn[i, i - period]: the earlier copy of the same token "
+                "(a duplicate-token head). An induction head attends one step later, to the "
+                "token that followed it: attn[i, i - period + 1].", _same_token),
+        Mistake("whole_diagonal", "You averaged the whole diagonal, including query "
+                "i = period - 1, which is still in the first copy and has no earlier occurrence. "
+                "Start at i = period.", _whole_diagonal),
+        Mistake("sum_not_mean", "You summed the weights; the score is their mean over the "
+                "N - period queries of the repeat (so it lies between 0 and 1).", _summed),
+        Mistake("previous_token", "You computed the previous-token score attn[i, i-1]. The "
+                "induction score looks back a whole period: attn[i, i - period + 1].",
+                _previous_token),
+        Mistake("transposed", "You swapped queries and keys: rows of attn are queries, columns "
+                "are keys, so read attn[i, i - period + 1], not attn[i - period + 1, i].",
+                _transposed),
+    ),
+)
