@@ -42,9 +42,8 @@ def check_sdpa_args(
             raise ValueError(f"{name} must have at least 2 dims (..., length, features), "
                              f"got shape {_shape(t)}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
-            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
-        )
+        raise TypeError(f"query, key and value must share a dtype, got {query.dtype}, "
+                        f"{key.dtype}, {value.dtype}")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"the last dim (E) of query and key must match: query {_shape(query)} has "
@@ -62,48 +61,51 @@ def check_sdpa_args(
         hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
         if hk != hv or hq % hk != 0:
             raise ValueError(
-                f"with enable_gqa=True the query heads Hq must be a multiple of the key/value heads "
-                f"Hkv: query {_shape(query)} has Hq={hq}, key {_shape(key)} has {hk}, "
+                f"with enable_gqa=True the query heads Hq must be a multiple of the key/value "
+                f"heads Hkv: query {_shape(query)} has Hq={hq}, key {_shape(key)} has {hk}, "
                 f"value {_shape(value)} has {hv}"
             )
     if not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be a probability in [0, 1], got {dropout_p!r}")
     if scale is not None and not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    if attn_mask is not None:
-        if is_causal:
-            raise ValueError("pass either attn_mask or is_causal=True, not both "
-                             f"(attn_mask has shape {_shape(attn_mask)})")
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
-                            f"{type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
-            raise TypeError(
-                f"attn_mask must be bool (True = may attend) or float of the query's dtype "
-                f"{query.dtype}, got {attn_mask.dtype} with shape {_shape(attn_mask)}"
-            )
-        scores_shape = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]) \
-            if not enable_gqa else query.shape[:-2]
-        target = (*scores_shape, query.shape[-2], key.shape[-2])
+    batch = query.shape[:-2]
+    if not enable_gqa and not batch == key.shape[:-2] == value.shape[:-2]:  # cheap case first
         try:
-            ok = torch.broadcast_shapes(attn_mask.shape, target) == torch.Size(target)
+            batch = torch.broadcast_shapes(batch, key.shape[:-2], value.shape[:-2])
         except RuntimeError:
-            ok = False
-        if not ok:
             raise ValueError(
-                f"attn_mask of shape {_shape(attn_mask)} is not broadcastable to the scores' "
-                f"shape (..., L, S) = ({', '.join(map(str, target))}) for query {_shape(query)} "
-                f"and key {_shape(key)}"
-            )
-    else:
-        try:
-            torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-        except RuntimeError:
-            if not enable_gqa:
-                raise ValueError(
-                    f"batch dims of query {_shape(query)}, key {_shape(key)} and value "
-                    f"{_shape(value)} do not broadcast"
-                ) from None
+                f"batch dims of query {_shape(query)}, key {_shape(key)} and value "
+                f"{_shape(value)} do not broadcast"
+            ) from None
+    if attn_mask is not None:
+        _check_mask(attn_mask, query, key, is_causal, (*batch, query.shape[-2], key.shape[-2]))
+
+
+def _check_mask(attn_mask, query: torch.Tensor, key: torch.Tensor, is_causal: bool,
+                target: tuple[int, ...]) -> None:
+    """attn_mask: a bool or query-dtype tensor broadcastable to the scores' shape ``target``."""
+    if is_causal:
+        raise ValueError("pass either attn_mask or is_causal=True, not both "
+                         f"(attn_mask has shape {_shape(attn_mask)})")
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
+                        f"{type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+        raise TypeError(
+            f"attn_mask must be bool (True = may attend) or float of the query's dtype "
+            f"{query.dtype}, got {attn_mask.dtype} with shape {_shape(attn_mask)}"
+        )
+    try:
+        ok = torch.broadcast_shapes(attn_mask.shape, target) == torch.Size(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"attn_mask of shape {_shape(attn_mask)} is not broadcastable to the scores' "
+            f"shape (..., L, S) = ({', '.join(map(str, target))}) for query {_shape(query)} "
+            f"and key {_shape(key)}"
+        )
 
 
 def expand_gqa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor

@@ -38,7 +38,7 @@ def attention_weights(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """The ``(..., L, S)`` attention probabilities softmax(QKᵀ·s + M); rows sum to 1 (or 0 if dead)."""
+    """The ``(..., L, S)`` probabilities softmax(QKᵀ·s + M); rows sum to 1 (0 if fully masked)."""
     value = key[..., :1]  # weights do not depend on V; a stand-in with the right S
     check_sdpa_args(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa)
     if enable_gqa:
@@ -67,7 +67,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """softmax(QKᵀ·s + M) V with the scores ``(..., L, S)`` materialized; returns ``(..., L, Ev)``."""
+    """softmax(QKᵀ·s + M) V, the ``(..., L, S)`` scores materialized; returns ``(..., L, Ev)``."""
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if enable_gqa:
         key, value = expand_gqa(query, key, value)
