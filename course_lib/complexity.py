@@ -96,20 +96,21 @@ def format_bytes(nbytes: float) -> str:
 
 
 def sequence_model_table(n: int, d: int, kernel: int = 3) -> list[dict[str, Any]]:
-    """Per-layer cost, sequential steps and maximum path length for ``n`` tokens of width ``d``.
+    """Per-layer FLOPs, sequential steps and maximum path length for ``n`` tokens of width ``d``.
 
-    Self-attention: ``4n²d + 8nd²`` FLOPs, 1 sequential step, path 1. A recurrent layer (one
-    ``d×d`` matmul on the input and one on the state per step): ``4nd²``, ``n`` steps, path ``n-1``.
-    A stack of convolutions with kernel ``k``: ``2knd²`` per layer, 1 step per layer, and
-    ``ceil(log_k n)`` layers (dilated) for every token to reach every other.
+    Self-attention core (``QKᵀ`` and ``PV``): ``4n²d`` FLOPs, 1 sequential step, path length 1.
+    A recurrent layer (one ``d×d`` matmul on the input and one on the state per step): ``4nd²``,
+    ``n`` sequential steps, path ``n − 1``. A stack of dilated convolutions with kernel ``k``:
+    ``2knd²`` per layer, 1 step per layer, ``ceil(log_k n)`` layers for every token to reach
+    every other. Projections (``8nd²`` for attention) are left out, as in Vaswani et al.'s table.
     """
-    conv_layers = max(1, math.ceil(math.log(n, kernel)))
+    conv_layers = max(1, math.ceil(math.log(n) / math.log(kernel) - 1e-12))
     return [
-        {"layer": "self-attention", "flops": layer_flops(n, d), "sequential steps": 1,
-         "max path length": 1},
-        {"layer": "recurrent (RNN)", "flops": 2 * matmul_flops(n, d, d), "sequential steps": n,
+        {"layer": "self-attention (core)", "FLOPs": attention_core_flops(n, d),
+         "sequential steps": 1, "max path length": 1},
+        {"layer": "recurrent", "FLOPs": 2 * matmul_flops(n, d, d), "sequential steps": n,
          "max path length": n - 1},
-        {"layer": f"convolution (k={kernel}, dilated)", "flops": kernel * matmul_flops(n, d, d),
+        {"layer": f"convolution (k={kernel}, dilated)", "FLOPs": kernel * matmul_flops(n, d, d),
          "sequential steps": 1, "max path length": conv_layers},
     ]
 
@@ -233,19 +234,24 @@ def peak_extra_memory(fn: Callable[[], Any], repeats: int = 2) -> int | None:
     return best
 
 
-def time_call(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1) -> float:
-    """Best (minimum) wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+def time_call(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
+              min_total_s: float = 0.0, max_runs: int = 200, clock: str = "wall") -> float:
+    """Best (minimum) seconds of ``fn()`` after ``warmup`` runs.
 
-    The minimum is the run least disturbed by other processes: on a shared machine it is the
-    most reproducible statistic (the benchmark also reports the median).
+    ``clock="wall"`` uses :func:`time.perf_counter`; ``clock="cpu"`` uses
+    :func:`time.process_time`, the CPU time of this process (all its threads), which does not
+    count the time other programs hold the CPU: on a shared machine it is far more stable.
+    Runs at least ``repeats`` times and, for quick calls, keeps going until ``min_total_s``
+    seconds were spent (at most ``max_runs`` runs). The minimum is the least disturbed run.
     """
+    now = {"wall": time.perf_counter, "cpu": time.process_time}[clock]
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    times: list[float] = []
+    while len(times) < repeats or (sum(times) < min_total_s and len(times) < max_runs):
+        t0 = now()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(now() - t0)
     return min(times)
 
 
@@ -268,13 +274,34 @@ class ProgressBar:
 
 def sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int], *,
           batch: int = 1, heads: int = 8, d: int = 64, repeats: int = 3, seed: int = 0,
+          min_total_s: float = 0.1, threads: int | None = 1, clock: str = "cpu",
           progress: bool = True) -> list[dict[str, Any]]:
     """Time and peak extra memory of each implementation on ``(batch, heads, n, d)`` inputs.
 
+    Each point is timed :func:`time_call`-style: best of at least ``repeats`` runs and of at
+    least ``min_total_s`` seconds of runs (many runs for quick calls, so one of them escapes the
+    noise of a shared machine). By default the sweep runs on ``threads=1`` and reads the CPU
+    clock (``clock="cpu"``): the CPU time one thread spends is what the FLOP count predicts,
+    whatever else the machine is doing. ``threads=None`` keeps torch's setting.
     Returns one record per (implementation, n): ``impl, n, seconds`` (best), ``peak_bytes``
     (see :func:`peak_extra_memory`), ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
     """
     bar = ProgressBar(len(implementations) * len(ns), "sweep") if progress else None
+    records = []
+    saved_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        records = _sweep_points(implementations, ns, batch, heads, d, repeats, seed,
+                                min_total_s, clock, bar)
+    finally:
+        torch.set_num_threads(saved_threads)
+    return records
+
+
+def _sweep_points(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int],
+                  batch: int, heads: int, d: int, repeats: int, seed: int, min_total_s: float,
+                  clock: str, bar: ProgressBar | None) -> list[dict[str, Any]]:
     records = []
     for n in ns:
         g = torch.Generator().manual_seed(seed + n)
@@ -283,8 +310,9 @@ def sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[
             def call(attend=attend, q=q, k=k, v=v):
                 return attend(q, k, v)
 
-            seconds = time_call(call, repeats=repeats, warmup=1)
-            peak = peak_extra_memory(call)
+            seconds = time_call(call, repeats=repeats, warmup=1, min_total_s=min_total_s,
+                                clock=clock)
+            peak = peak_extra_memory(call, repeats=1)
             flops = batch * heads * attention_core_flops(n, d)
             records.append({"impl": name, "n": n, "seconds": seconds, "peak_bytes": peak,
                             "flops": flops, "gflops_per_s": flops / seconds / 1e9})
@@ -304,10 +332,61 @@ def fit_loglog_slope(xs: Iterable[float], ys: Iterable[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / sxx
 
 
-def slopes(records: list[dict[str, Any]], metric: str) -> dict[str, float]:
-    """Log-log slope of ``metric`` against ``n`` for each implementation in ``records``."""
+def slopes(records: list[dict[str, Any]], metric: str, min_n: int = 0) -> dict[str, float]:
+    """Log-log slope of ``metric`` against ``n`` (points with ``n >= min_n``) per implementation."""
     out: dict[str, float] = {}
     for name in dict.fromkeys(r["impl"] for r in records):
-        rows = [r for r in records if r["impl"] == name and r[metric]]
+        rows = [r for r in records if r["impl"] == name and r[metric] and r["n"] >= min_n]
         out[name] = fit_loglog_slope([r["n"] for r in rows], [r[metric] for r in rows])
     return out
+
+
+# ----------------------------------------------------------------------------- committed results
+
+
+def _repo_results_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "bench" / "results"
+
+
+def committed_benchmark(path: str | Path | None = None, device: str = "cpu",
+                        causal: bool = False) -> dict[str, Any] | None:
+    """The newest committed benchmark run for ``device`` (forward pass), ready for a chapter.
+
+    Reads ``bench/results/*.json`` (written by ``python -m course_lib.bench``). Returns
+    ``{"caption", "rows": [{"impl", "n", "rate"}], "table", "data"}`` where ``rate`` is the
+    achieved GFLOP/s (median) and ``table`` a markdown table, or None if no such run exists.
+    """
+    from .bench import load_results
+
+    root = _repo_results_dir() if path is None else Path(path)
+    if not root.is_absolute() and not root.is_dir():
+        root = _repo_results_dir().parent.parent / root
+    runs = []
+    for file in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            data = load_results(file)
+        except (ValueError, KeyError, OSError):
+            continue
+        meta = data["meta"]
+        if str(meta.get("device", "")).split(":")[0] == device and not meta.get("backward"):
+            runs.append((str(meta.get("timestamp_utc", "")), file.name, data))
+    if not runs:
+        return None
+    _, name, data = max(runs, key=lambda r: (r[0], r[1]))
+    m = data["meta"]
+    results = sorted((r for r in data["results"] if r["causal"] == causal and "skipped" not in r),
+                     key=lambda r: (r["n"], r["impl"]))
+    rows = [{"impl": r["impl"], "n": r["n"], "rate": r["gflops_median"]} for r in results]
+    lines = ["| n | impl | median ms | GFLOP/s | × matmul rate | peak extra MiB |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for r in results:
+        mem = r.get("peak_extra_bytes")
+        lines.append(f"| {r['n']} | {r['impl']} | {r['median_s'] * 1e3:.2f} | "
+                     f"{r['gflops_median']:.1f} | {r['frac_matmul']:.2f} | "
+                     f"{'' if mem is None else f'{mem / 2**20:.1f}'} |")
+    mm = m.get("matmul", {})
+    caption = (f"bench/results/{name}: {m.get('device_name', m.get('cpu_model', ''))}, "
+               f"{m.get('threads')} threads, torch {m.get('torch_version')}, {m.get('dtype')}, "
+               f"B={m.get('batch')}, H={m.get('heads')}, d={m.get('d')}; matmul yardstick "
+               f"{mm.get('gflops_median', float('nan')):.1f} GFLOP/s (median)")
+    return {"caption": caption, "rows": rows, "table": "\n".join(lines), "data": data}

@@ -1,0 +1,141 @@
+"""course_lib.complexity: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+
+import pytest
+import torch
+
+from course_lib import complexity as cx
+from course_lib import reference
+
+
+@pytest.mark.parametrize("n,d", [(1, 1), (7, 3), (128, 64), (100, 48)])
+def test_core_flops_formula(n, d):
+    assert cx.attention_core_flops(n, d) == 4 * n * n * d
+    s = 2 * n
+    assert cx.attention_core_flops(n, d, s=s, dv=d + 1) == 2 * n * s * d + 2 * n * s * (d + 1)
+
+
+@pytest.mark.parametrize("n,h,dh,s", [(32, 2, 16, 32), (17, 3, 8, 29)])
+def test_core_flops_match_flop_counter(n, h, dh, s):
+    q = torch.randn(1, h, n, dh)
+    k, v = torch.randn(2, 1, h, s, dh).unbind(0)
+    counted = cx.count_flops(reference.scaled_dot_product_attention, q, k, v)
+    assert counted == h * cx.attention_core_flops(n, dh, s=s)
+
+
+@pytest.mark.parametrize("n,d,h", [(64, 32, 4), (10, 24, 3)])
+def test_layer_flops_match_flop_counter(n, d, h):
+    x = torch.randn(1, n, d)
+    w_qkv, w_o = torch.randn(d, 3 * d), torch.randn(d, d)
+    counted = cx.count_flops(cx.self_attention_layer, x, w_qkv, w_o, h)
+    assert counted == cx.layer_flops(n, d, h) == 4 * n * n * d + 8 * n * d * d
+    parts = cx.layer_flops_breakdown(n, d, h)
+    assert parts["scores QKᵀ"] == parts["weights·V"] == 2 * n * n * d
+    assert parts["Q, K, V projections"] == 3 * parts["output projection"] == 6 * n * d * d
+
+
+def test_self_attention_layer_matches_multihead_without_bias():
+    torch.manual_seed(0)
+    d, h = 16, 4
+    mha = torch.nn.MultiheadAttention(d, h, bias=False, batch_first=True)
+    x = torch.randn(2, 5, d)
+    w_qkv = mha.in_proj_weight.detach().T            # (d, 3d): x @ w_qkv = [q | k | v]
+    w_o = mha.out_proj.weight.detach().T
+    expected, _ = mha(x, x, x, need_weights=False)
+    torch.testing.assert_close(cx.self_attention_layer(x, w_qkv, w_o, h), expected,
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_crossover_is_where_core_equals_projections():
+    for d in (64, 512, 768, 4096):
+        n = cx.crossover_n(d)
+        parts = cx.layer_flops_breakdown(n, d)
+        core = parts["scores QKᵀ"] + parts["weights·V"]
+        assert core == cx.projection_flops(n, d)
+        smaller = cx.layer_flops_breakdown(n - 1, d)
+        assert smaller["scores QKᵀ"] + smaller["weights·V"] < cx.projection_flops(n - 1, d)
+    with pytest.raises(ValueError):
+        cx.layer_flops_breakdown(10, 30, num_heads=4)
+
+
+def test_score_memory_and_format():
+    assert cx.score_matrix_bytes(16384) == 2**30
+    assert cx.score_matrix_bytes(100, heads=12, batch=2, bytes_per_element=2) == 2 * 12 * 100**2 * 2
+    assert cx.score_matrix_bytes(4, s=8) == 4 * 8 * 4
+    assert cx.format_bytes(512) == "512 B"
+    assert cx.format_bytes(1536) == "1.5 KiB"
+    assert cx.format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_sequence_model_table():
+    attn, rnn, conv = cx.sequence_model_table(n=81, d=16, kernel=3)
+    assert attn["FLOPs"] == 4 * 81 * 81 * 16 and rnn["FLOPs"] == 4 * 81 * 16 * 16
+    assert conv["FLOPs"] == 3 * 2 * 81 * 16 * 16
+    assert conv["max path length"] == 4                    # 3^4 = 81
+    assert rnn["sequential steps"] == 81 and rnn["max path length"] == 80
+    assert attn["max path length"] == 1 and attn["sequential steps"] == 1
+
+
+def test_loglog_slope_recovers_exponent():
+    ns = [100, 200, 400, 800]
+    assert cx.fit_loglog_slope(ns, [3 * n**2 for n in ns]) == pytest.approx(2.0)
+    assert cx.fit_loglog_slope(ns, [5 * n**1.5 for n in ns]) == pytest.approx(1.5)
+    records = [{"impl": "a", "n": n, "y": n**2} for n in ns] + [{"impl": "a", "n": 10, "y": 1}]
+    assert cx.slopes(records, "y", min_n=100)["a"] == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        cx.fit_loglog_slope([1], [1])
+
+
+def test_cache_sizes_are_plausible():
+    sizes = cx.cache_sizes()
+    for name, size in sizes.items():
+        assert name.startswith("L") and size > 0
+    if "L2" in sizes and "L1d" in sizes:
+        assert sizes["L2"] > sizes["L1d"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_peak_extra_memory_sees_a_big_temporary():
+    nbytes = 64 * 2**20
+
+    def make():
+        t = torch.ones(nbytes // 4)                 # 64 MiB, touched
+        return float(t[-1])
+
+    peak = cx.peak_extra_memory(make)
+    if peak is None:
+        pytest.skip("/proc/self/clear_refs not writable here")
+    assert 0.9 * nbytes <= peak <= 1.5 * nbytes
+
+
+def test_time_call_min_total_and_progress_bar():
+    calls = []
+    t = cx.time_call(lambda: calls.append(1), repeats=3, warmup=2, min_total_s=0.0)
+    assert len(calls) == 5 and t >= 0
+    stream = io.StringIO()
+    bar = cx.ProgressBar(4, "demo", width=8, stream=stream)
+    for i in range(4):
+        bar.step(f"item {i}")
+    text = stream.getvalue()
+    assert "demo [##......] 1/4" in text and "demo [########] 4/4" in text
+    assert text.endswith("\n") and text.count("\n") == 1
+
+
+def test_sweep_records_and_memory_slopes():
+    impls = {"reference": reference.scaled_dot_product_attention}
+    recs = cx.sweep(impls, ns=(64, 128), heads=2, d=16, repeats=1, min_total_s=0.0,
+                    progress=False)
+    assert [(r["impl"], r["n"]) for r in recs] == [("reference", 64), ("reference", 128)]
+    for r in recs:
+        assert r["flops"] == 2 * 4 * r["n"] ** 2 * 16
+        assert r["seconds"] > 0 and math.isclose(r["gflops_per_s"], r["flops"] / r["seconds"] / 1e9)
+    assert torch.get_num_threads() >= 1
+
+
+def test_committed_benchmark_missing_dir_returns_none(tmp_path):
+    assert cx.committed_benchmark(tmp_path) is None
