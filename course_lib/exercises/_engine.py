@@ -9,6 +9,7 @@ mistake's outputs on the same inputs.
 from __future__ import annotations
 
 import ast
+import dis
 import inspect
 import os
 import textwrap
@@ -42,6 +43,15 @@ class _Run:
 def is_untouched(fn: Callable[..., Any]) -> bool:
     """True if ``fn``'s body is only a docstring, ``...``, ``pass``, ``raise NotImplementedError``
     or ``return None`` (an untouched starter)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and getattr(fn, "__name__", "") == "<lambda>":
+        # a lambda's source line is often not parseable on its own (it sits inside a call)
+        for ins in dis.get_instructions(code):
+            if ins.opname in ("LOAD_CONST", "RETURN_CONST") and ins.argval not in (None, ...):
+                return False
+            if ins.opname not in ("RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"):
+                return False
+        return True
     try:
         src = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(src)

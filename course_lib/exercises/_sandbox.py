@@ -2,14 +2,14 @@
 
 The call runs in a daemon worker thread. Inside it a :class:`_Watch` dispatch mode sees every
 aten operator (so forbidden kernels are caught however they were reached) and every freshly
-allocated tensor (so an N×N tensor is caught), and a profile hook catches calls to forbidden
-course_lib Python functions. On time-out the thread gets an asynchronous exception.
+allocated tensor (so an N×N tensor is caught), and a trace function catches calls to forbidden
+Python functions and, once the time limit has passed, stops the learner's code at its next line
+(a thread-local mechanism: no asynchronous exceptions, which would slow every other thread).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import io
 import sys
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._spec import FORBIDDEN_GROUPS
@@ -79,6 +80,23 @@ class _Watch(TorchDispatchMode):
         return out
 
 
+class _FunctionWatch(TorchFunctionMode):
+    """Sees torch API calls (``torch.softmax``, ``F.scaled_dot_product_attention``...)."""
+
+    def __init__(self, names: dict[str, str], outcome: CallOutcome) -> None:
+        super().__init__()
+        self.names = names
+        self.outcome = outcome
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        label = self.names.get(getattr(func, "__name__", ""))
+        if label is not None:
+            if self.outcome.forbidden is None:
+                self.outcome.forbidden = label
+            raise ForbiddenCall(label)
+        return func(*args, **(kwargs or {}))
+
+
 def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
     codes: dict[Any, str] = {}
     for g in groups:
@@ -117,21 +135,37 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     """Call ``fn(*args)`` under the watch; never raises."""
     outcome = CallOutcome()
     aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
+    api = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden
+           for n in FORBIDDEN_GROUPS[g].get("torch", ())}
     codes = _forbidden_code_objects(forbidden)
 
-    def profile(frame, event, arg):  # noqa: ANN001, ANN202
-        if event == "call" and frame.f_code in codes:
-            label = codes[frame.f_code]
+    stop = [False]  # set by this thread on time-out; the worker's tracer then raises
+
+    def local_trace(frame, event, arg):  # noqa: ANN001, ANN202
+        if stop[0]:
+            raise _TimeLimit
+        return local_trace
+
+    def global_trace(frame, event, arg):  # noqa: ANN001, ANN202
+        if stop[0]:
+            raise _TimeLimit
+        label = codes.get(frame.f_code)
+        if label is not None:
             if outcome.forbidden is None:
                 outcome.forbidden = label
             raise ForbiddenCall(label)
+        if frame.f_code.co_filename.startswith(_TORCH_DIR):
+            return None  # no line events inside torch: cheaper, and no endless loops there
+        return local_trace
 
     def target() -> None:
         try:
-            if codes:
-                sys.setprofile(profile)
-            with _Watch(aten, max_square, outcome) if (aten or max_square) \
-                    else contextlib.nullcontext():
+            sys.settrace(global_trace)
+            with contextlib.ExitStack() as modes:
+                if api:
+                    modes.enter_context(_FunctionWatch(api, outcome))
+                if aten or max_square:
+                    modes.enter_context(_Watch(aten, max_square, outcome))
                 outcome.value = fn(*args)
         except _TimeLimit:
             outcome.timed_out = True
@@ -142,8 +176,7 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             except Exception:
                 outcome.traceback_text = f"{type(e).__name__}: {e}"
         finally:
-            if codes:
-                sys.setprofile(None)
+            sys.settrace(None)
 
     if aten or max_square:
         _warm_up()
@@ -154,8 +187,8 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
         thread.join(timeout)
         if thread.is_alive():
             outcome.timed_out = True
-            _stop(thread)
-            thread.join(0.5)
+            stop[0] = True          # the thread stops at its next line of Python
+            thread.join(0.2)
     outcome.printed = buf.getvalue()
     return outcome
 
@@ -170,12 +203,3 @@ def _warm_up() -> None:
         with _Watch({"_no_such_op": ""}, 2, CallOutcome()):
             (torch.ones(2, 2) @ torch.ones(2, 2)).exp()
         _WARM = True
-
-
-def _stop(thread: threading.Thread) -> None:
-    """Ask a runaway thread to stop (takes effect at its next Python bytecode)."""
-    if thread.ident is None:
-        return
-    with contextlib.suppress(Exception):
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                   ctypes.py_object(_TimeLimit))

@@ -24,12 +24,15 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 #: Groups of forbidden operations. Each maps to aten operator names (caught at the dispatcher,
-#: however the learner reached them) and ``module:function`` Python functions (caught by code
+#: however the learner reached them), torch API function names (caught by a torch-function mode,
+#: before composite ops decompose) and ``module:function`` Python functions (caught by code
 #: object, however they were imported).
 FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
     "softmax": {
         "label": "torch's softmax / log_softmax",
         "aten": ("_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"),
+        "torch": ("softmax", "log_softmax", "special_softmax", "special_log_softmax",
+                  "_softmax", "_log_softmax", "_safe_softmax"),
         "python": ("course_lib.reference:safe_softmax",),
     },
     "sdpa": {
@@ -41,6 +44,7 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
                  "_scaled_dot_product_cudnn_attention",
                  "_scaled_dot_product_fused_attention_overrideable",
                  "_fused_sdp_choice"),
+        "torch": ("scaled_dot_product_attention", "multi_head_attention_forward"),
         "python": ("course_lib.reference:scaled_dot_product_attention",
                    "course_lib.reference:attention_weights",
                    "course_lib.flash:scaled_dot_product_attention",

@@ -57,28 +57,36 @@ def online_softmax_stats(blocks) -> tuple[torch.Tensor, torch.Tensor]:
     return m, l
 
 
+def _like(blocks, m, l):
+    dtype = torch.float64 if all(b.dtype == torch.float64 for b in blocks) else torch.float32
+    return m.to(dtype), l.to(dtype)
+
+
 def _stats_not_rescaled(blocks):
+    blocks = list(blocks)
     m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
     for b in blocks:
         b = b.double()
         m = torch.maximum(m, b.max())
         l = l + torch.exp(b - m).sum()
-    return m, l
+    return _like(blocks, m, l)
 
 
 def _stats_no_shift(blocks):
+    blocks = list(blocks)
     xs = [b.double() for b in blocks]
-    return torch.cat(xs).max(), sum(torch.exp(b).sum() for b in xs)
+    return _like(blocks, torch.cat(xs).max(), sum(torch.exp(b).sum() for b in xs))
 
 
 def _stats_last_max(blocks):
+    blocks = list(blocks)
     m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
     for b in blocks:
         b = b.double()
         m_new = b.max()                                      # forgets the earlier maxima
         l = l * torch.exp(m - m_new) + torch.exp(b - m_new).sum()
         m = m_new
-    return m, l
+    return _like(blocks, m, l)
 
 
 ONLINE_SOFTMAX_STATS = Exercise(
@@ -160,6 +168,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
            scaled=True):
+    dtype = q.dtype
     q, k, v = q.double(), k.double(), v.double()
     scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
     N = k.shape[-2]
@@ -174,7 +183,7 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
         l = (l * c if rescale_l else l) + p.sum(dim=-1, keepdim=True)
         acc = (acc * c if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
         m = m_new
-    return acc / l if divide else acc
+    return (acc / l if divide else acc).to(dtype)
 
 
 FLASH_ATTENTION = Exercise(

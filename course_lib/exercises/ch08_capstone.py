@@ -24,9 +24,14 @@ def _cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
-def _oracle(attn: torch.Tensor, period: int) -> float:
-    n = attn.shape[-1]
-    return float(sum(attn[i, i - period + 1].item() for i in range(period, n)) / (n - period))
+def _diagonal_mean(attn: torch.Tensor, period: int, shift: int, first: int) -> torch.Tensor:
+    """Mean of attn[i, i - period + shift] over i = first ... N-1, as a 0-d tensor."""
+    rows = torch.arange(first, attn.shape[-1])
+    return attn[rows, rows - period + shift].mean()
+
+
+def _oracle(attn: torch.Tensor, period: int) -> torch.Tensor:
+    return _diagonal_mean(attn, period, shift=1, first=period)
 
 
 def induction_score(attn: torch.Tensor, period: int) -> float:
@@ -42,21 +47,19 @@ def induction_score(attn: torch.Tensor, period: int) -> float:
 
 
 def _same_token(attn, period):            # the earlier copy of the same token
-    n = attn.shape[-1]
-    return float(sum(attn[i, i - period].item() for i in range(period, n)) / (n - period))
+    return _diagonal_mean(attn, period, shift=0, first=period)
 
 
 def _whole_diagonal(attn, period):         # also row period-1, which is not in the repeat
-    return attn.diagonal(-(period - 1)).mean().item()
+    return _diagonal_mean(attn, period, shift=1, first=period - 1)
 
 
 def _summed(attn, period):
-    n = attn.shape[-1]
-    return float(sum(attn[i, i - period + 1].item() for i in range(period, n)))
+    return _oracle(attn, period) * (attn.shape[-1] - period)
 
 
 def _previous_token(attn, period):
-    return attn.diagonal(-1).mean().item()
+    return attn.diagonal(-1).mean()
 
 
 def _transposed(attn, period):
@@ -67,7 +70,7 @@ INDUCTION_SCORE = Exercise(
     id="induction_score",
     chapter="08_capstone",
     title="The induction score of an attention map",
-    signature="induction_score(attn (N, N), period) -> float",
+    signature="induction_score(attn (N, N), period) -> float (or a 0-d tensor)",
     params=("attn", "period"),
     cases=_cases,
     oracle=_oracle,

@@ -1,0 +1,138 @@
+"""Every exercise: the reference solution passes, every declared mistake is recognised."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from course_lib import exercises
+from course_lib.exercises._registry import registry
+
+IDS = ["retrieve", "scaled_scores", "softmax", "self_attention", "split_heads", "merge_heads",
+       "multi_head_attention", "causal_mask", "padding_mask", "masked_attention",
+       "attention_flops", "attention_memory", "online_softmax_stats", "flash_attention"]
+
+MISTAKES = [(ex.id, m) for ex in registry().values() for m in ex.mistakes]
+
+
+@pytest.fixture(autouse=True)
+def _progress_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
+
+
+def test_catalogue_has_the_fixed_ids_in_chapter_order():
+    listed = exercises.list_exercises()
+    ids = [e["id"] for e in listed]
+    assert set(IDS) <= set(ids)
+    assert [i for i in ids if i in IDS] == IDS          # chapter order, then declaration order
+    for e in listed:
+        assert set(e) == {"id", "chapter", "title", "signature"}
+        assert e["signature"].startswith(e["id"] + "(") or e["id"] not in IDS
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_reference_solution_passes(exercise_id):
+    ex = exercises.get_exercise(exercise_id)
+    result = exercises.check(exercise_id, ex.solution, seed=0)
+    assert result.passed, result.message
+    assert result.mistake is None and result.status == "passed"
+    assert result.cases_run == result.cases_total >= 4
+    assert repr(result).startswith(f"✓ {exercise_id}: Correct!")
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_every_exercise_declares_mistakes_and_graded_hints(exercise_id):
+    ex = exercises.get_exercise(exercise_id)
+    assert len(ex.mistakes) >= 2
+    assert len(ex.hints) >= 3
+    assert exercises.hint(exercise_id).startswith(f"Hint 1/{len(ex.hints)} for {exercise_id}:")
+    last = exercises.hint(exercise_id, level=99)
+    assert last.startswith(f"Hint {len(ex.hints)}/{len(ex.hints)}") and "level=" not in last
+
+
+@pytest.mark.parametrize(("exercise_id", "mistake"), MISTAKES,
+                         ids=[f"{i}-{m.id}" for i, m in MISTAKES])
+def test_declared_mistake_is_recognised(exercise_id, mistake):
+    result = exercises.check(exercise_id, mistake.fn, seed=1)
+    assert not result.passed
+    assert result.mistake == mistake.id, result.message
+    assert result.message.startswith(mistake.message)
+    assert result.failed_case is not None and f"case '{result.failed_case}'" in result.message
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_solution_is_readable_source_of_the_learner_function(exercise_id):
+    ex = exercises.get_exercise(exercise_id)
+    src = exercises.solution(exercise_id)
+    assert isinstance(src, str)
+    assert src.startswith(f"def {ex.function_name}(")
+    assert "_oracle" not in src and "reference." not in src   # written out, not delegated
+    namespace: dict = {}
+    exec("import math\nimport torch\n" + src, namespace)          # it runs as shown
+    assert exercises.check(exercise_id, namespace[ex.function_name], seed=2).passed
+    assert "<span" in src._repr_html_() or "<pre>" in src._repr_html_()
+
+
+def test_repr_is_deterministic_across_random_cases():
+    softmax = exercises.get_exercise("softmax")
+    unstable = next(m for m in softmax.mistakes if m.id == "not_stable")
+    for fn in (softmax.solution, unstable.fn):
+        reprs = {repr(exercises.check("softmax", fn, seed=s)) for s in (3, 4, 5)}
+        htmls = {exercises.check("softmax", fn, seed=s)._repr_html_() for s in (3, 4)}
+        assert len(reprs) == 1 and len(htmls) == 1
+        assert "0x" not in reprs.pop()
+
+
+def test_html_box_colours_by_status():
+    def starter(x, dim=-1):
+        ...
+
+    ex = exercises.get_exercise("softmax")
+    passed = exercises.check("softmax", ex.solution)._repr_html_()
+    failed = exercises.check("softmax", ex.mistakes[0].fn)._repr_html_()
+    todo = exercises.check("softmax", starter)._repr_html_()
+    assert "#1e7e34" in passed and "Correct!" in passed
+    assert "#c62828" in failed and "Not yet." in failed
+    assert "#6b7280" in todo and "Not attempted yet." in todo
+    assert "<script" not in passed + failed + todo
+
+
+def test_message_never_contains_expected_values():
+    x = torch.full((2, 3), 2.0)
+
+    def wrong(x, dim=-1):
+        return torch.zeros_like(x) + 0.123
+
+    result = exercises.check("softmax", wrong, seed=0)
+    assert result.mistake == "wrong_values"
+    assert "0.333" not in result.message and "tensor(" not in result.message
+    assert "first at index" in result.message            # says where
+    assert "case 'rows': x (4, 7) float32" in result.message
+    del x
+
+
+def test_progress_is_recorded(tmp_path):
+    ex = exercises.get_exercise("causal_mask")
+    exercises.check("causal_mask", ex.mistakes[0].fn)
+    exercises.check("causal_mask", ex.solution)
+    exercises.check("causal_mask", ex.mistakes[0].fn)
+    data = json.loads((tmp_path / "progress.json").read_text())
+    entry = data["exercises"]["causal_mask"]
+    assert entry["attempts"] == 3 and entry["passed"] is True
+    assert entry["last_mistake"] == "inverted" and "first_passed_at" in entry
+
+
+def test_progress_write_failure_does_not_crash(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    monkeypatch.setenv("COURSE_LIB_PROGRESS", str(blocker / "sub" / "progress.json"))
+    result = exercises.check("causal_mask", exercises.get_exercise("causal_mask").solution)
+    assert result.passed and result.progress_error
+
+
+def test_progress_default_is_in_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_LIB_PROGRESS")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert exercises.progress_path() == tmp_path / ".course_lib" / "progress.json"
