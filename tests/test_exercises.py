@@ -136,3 +136,34 @@ def test_progress_default_is_in_home(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_LIB_PROGRESS")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert exercises.progress_path() == tmp_path / ".course_lib" / "progress.json"
+
+
+def test_docstring_recipe_for_a_new_exercise_works():
+    """The package docstring's example declaration runs through the generic engine."""
+    from course_lib.exercises import _engine, _spec
+
+    doc = exercises.__doc__
+    code = doc[doc.index("    import torch\n"):doc.index("Cases may set")]
+    code = "\n".join(line[4:] for line in code.splitlines())
+    code = code.replace("from ._spec import", "from course_lib.exercises._spec import")
+    namespace: dict = {}
+    exec(code, namespace)
+    declared = namespace["DOUBLE"]
+    assert isinstance(declared, _spec.Exercise) and declared.function_name == "double"
+    assert _engine.run_check(declared, namespace["double"]).passed
+    result = _engine.run_check(declared, namespace["_forgot_factor"])
+    assert result.mistake == "forgot_factor"
+
+
+def test_every_catalogue_module_is_discovered():
+    from pathlib import Path
+
+    pkg = Path(exercises.__file__).parent
+    modules = {p.stem for p in pkg.glob("*.py") if not p.stem.startswith("_")}
+    found = {e.solution.__module__.rsplit(".", 1)[-1] for e in registry().values()}
+    assert modules == found
+
+
+def test_hint_displays_as_html_box():
+    html = exercises.hint("softmax")._repr_html_()
+    assert html.startswith('<div class="course-lib-hint"') and "<code>dim</code>" in html

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -62,15 +63,27 @@ from ._spec import DEFAULT_TOLERANCES, FORBIDDEN_GROUPS, Case, Exercise, Mistake
 
 __all__ = [
     "DEFAULT_TOLERANCES", "FORBIDDEN_GROUPS", "HEADLINES", "Case", "CheckResult", "Exercise",
-    "Hint", "Mistake", "OnceIterator", "Solution", "check", "get_exercise", "hint",
+    "ExerciseList", "Hint", "Mistake", "OnceIterator", "Solution", "check", "get_exercise", "hint",
     "list_exercises", "load_progress", "progress_path", "solution",
 ]
 
 
-def list_exercises() -> list[dict[str, str]]:
+class ExerciseList(list):
+    """``list_exercises()``'s result: a plain list of dicts that displays as a table."""
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td><code>{html.escape(e['id'])}</code></td><td>{html.escape(e['chapter'])}"
+            f"</td><td>{html.escape(e['title'])}</td><td><code>{html.escape(e['signature'])}"
+            "</code></td></tr>" for e in self)
+        return ("<table><thead><tr><th>id</th><th>chapter</th><th>title</th><th>signature</th>"
+                f"</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def list_exercises() -> ExerciseList:
     """All exercises in chapter order: ``{"id", "chapter", "title", "signature"}`` each."""
-    return [{"id": e.id, "chapter": e.chapter, "title": e.title, "signature": e.signature}
-            for e in registry().values()]
+    return ExerciseList({"id": e.id, "chapter": e.chapter, "title": e.title,
+                         "signature": e.signature} for e in registry().values())
 
 
 def _unknown(exercise_id: Any) -> str:
@@ -126,8 +139,12 @@ class Hint(str):
     def __repr__(self) -> str:
         return str(self)
 
-    def _repr_markdown_(self) -> str:
-        return str(self)
+    def _repr_html_(self) -> str:
+        text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(str(self)))
+        return ('<div class="course-lib-hint" style="border-left:6px solid #1a5fb4;'
+                'background:#e8f0fb;color:#0d2a4d;padding:0.5em 0.8em;margin:0.3em 0;'
+                'border-radius:4px;font-family:system-ui,sans-serif;font-size:0.92em;">'
+                f'{text}</div>')
 
 
 class Solution(str):
