@@ -7,6 +7,6 @@
 - :mod:`.probes`: previous-token and induction scores, attention mass on chosen tokens.
 """
 
-from . import model, probes, tasks, train
+from . import evaluate, model, probes, tasks, train
 
-__all__ = ["model", "probes", "tasks", "train"]
+__all__ = ["evaluate", "model", "probes", "tasks", "train"]

@@ -171,3 +171,8 @@ def repeated_tokens(period: int, vocab_size: int, g: torch.Generator,
     """``(repeats · period,)``: ``period`` distinct random tokens, repeated (period ``period``)."""
     block = torch.randperm(vocab_size, generator=g)[:period]
     return block.repeat(repeats)
+
+
+def as_letters(tokens: torch.Tensor) -> list[str]:
+    """Token ids ``(N,)`` of the induction task as letters (0 → A, 1 → B, ...), for plot labels."""
+    return [chr(65 + t) if t < 26 else f"#{t}" for t in tokens.tolist()]
