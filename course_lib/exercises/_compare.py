@@ -123,6 +123,9 @@ def _compare_scalar(expected: torch.Tensor, actual: Any, tol: Tol, what: str) ->
 def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str) -> Problem | None:
     if not isinstance(actual, torch.Tensor):
         return _not_tensor(actual, what)
+    if actual.layout != torch.strided:
+        return Problem("type", f"{what} is a {str(actual.layout).replace('torch.', '')} tensor; "
+                               "return an ordinary dense tensor (.to_dense()).")
     if actual.shape != expected.shape:
         return Problem("shape", f"{what} has shape {shape_str(actual.shape)}; expected "
                                 f"{shape_str(expected.shape)}.")

@@ -13,6 +13,7 @@ import dis
 import inspect
 import os
 import textwrap
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,17 @@ def _trivial_stmt(s: ast.stmt) -> bool:
     return False
 
 
+def _raised_as_placeholder(exc: BaseException) -> bool:
+    """True for the learner's own ``raise NotImplementedError`` (not one from torch)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    line = (frames[-1].line or "").strip()
+    if line:
+        return line.startswith("raise NotImplementedError")
+    return not str(exc).startswith("Could not run")   # no source: torch's own message differs
+
+
 def not_attempted(ex: Exercise) -> CheckResult:
     return CheckResult(
         exercise=ex.id, passed=False, status="not_attempted", mistake="not_attempted",
@@ -127,7 +139,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
                          f"Your function calls {out.forbidden} ({where}). This exercise asks you "
                          "to build it yourself from basic operations (matmul, exp, max, sum, "
                          "masked_fill, ...).")
-        if isinstance(out.error, NotImplementedError):
+        if isinstance(out.error, NotImplementedError) and _raised_as_placeholder(out.error):
             res = not_attempted(ex)
             res.message = ("Your function raises NotImplementedError: replace that line with "
                            "your code, then run the check again. Stuck? "
@@ -151,7 +163,12 @@ def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
                              f"Your function modified its input `{modified[0]}` in place "
                              f"({where}). Use out-of-place operations instead (x = x - m rather "
                              "than x -= m, masked_fill rather than masked_fill_).")
-            problem = compare(expected, out.value, tol, names=ex.output_names)
+            try:
+                problem = compare(expected, out.value, tol, names=ex.output_names)
+            except Exception as e:  # an exotic return value (sparse, complex, a subclass...)
+                problem = Problem("type", "your output could not be compared with the right "
+                                          f"answer ({type(e).__name__}: "
+                                          f"{str(e).splitlines()[0][:200] if str(e) else ''}).")
         runs.append(_Run(case, out, problem))
     failures = [r for r in runs if r.problem is not None]
     if not failures:
@@ -179,6 +196,13 @@ def _fail(ex: Exercise, cases: list[Case], runs: list[_Run], printed: bool, mist
                        failed_case=case.name, details=details, printed=printed)
 
 
+def _agrees(learner: Any, mistake: Any, tol: Any) -> bool:
+    try:
+        return same_output(learner, mistake, tol)
+    except Exception:
+        return False
+
+
 def _mistake_output(m: Mistake, case: Case) -> tuple[bool, Any]:
     try:
         return True, m.fn(*fresh_args(case.args)[0])
@@ -197,7 +221,7 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
         ok = True
         for r in wrong:
             produced, value = _mistake_output(m, r.case)
-            if not produced or not same_output(r.outcome.value, value, ex.tolerance):
+            if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
                 ok = False
                 break
         if not ok:
@@ -206,7 +230,7 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
         for r in with_output:
             if r.problem is None:
                 produced, value = _mistake_output(m, r.case)
-                score += int(produced and same_output(r.outcome.value, value, ex.tolerance))
+                score += int(produced and _agrees(r.outcome.value, value, ex.tolerance))
         if score > best_score:
             best, best_score = m, score
     return best

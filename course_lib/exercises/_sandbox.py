@@ -127,6 +127,9 @@ def learner_traceback(exc: BaseException) -> str:
         keep.append(f"  line {fr.lineno}, in {fr.name}" + (f": {line}" if line else ""))
     head = "Traceback (your code only):\n" if keep else ""
     last = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    lines = last.splitlines()
+    if len(lines) > 6 or len(last) > 600:  # torch's dispatcher errors list every backend
+        last = "\n".join(lines[:6])[:600].rstrip() + " [...]"
     return head + "\n".join(keep) + ("\n" if keep else "") + last
 
 

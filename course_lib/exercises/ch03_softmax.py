@@ -110,7 +110,7 @@ def _sa_cases(gen: torch.Generator) -> list[Case]:
         Case("one sequence, float64", (r(1, 7, 3, dtype=f64), r(3, 5, dtype=f64),
                                        r(3, 5, dtype=f64), r(3, 2, dtype=f64))),
         Case("wider values", (r(3, 4, 8), r(8, 6, s=0.4), r(8, 6, s=0.4), r(8, 9))),
-        Case("large scores", (r(2, 6, 5, s=4.0), r(5, 7), r(5, 7), r(5, 3)),
+        Case("large scores", (r(2, 6, 5, s=3.0), r(5, 7), r(5, 7), r(5, 3)),
              note="big projections: the softmax must be stable"),
     ]
 
@@ -162,6 +162,7 @@ def _sa_swapped(x, w_q, w_k, w_v):
 
 SELF_ATTENTION = Exercise(
     id="self_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="03_softmax",
     title="Single-head self-attention",
     signature="self_attention(x (B, N, D), w_q (D, E), w_k (D, E), w_v (D, M)) "

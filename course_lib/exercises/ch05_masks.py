@@ -200,6 +200,7 @@ def _ma_no_scaling(q, k, v, mask):
 
 MASKED_ATTENTION = Exercise(
     id="masked_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="05_masks",
     title="Attention with a mask",
     signature="masked_attention(q (..., L, E), k (..., S, E), v (..., S, M), "

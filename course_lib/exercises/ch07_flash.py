@@ -99,7 +99,7 @@ ONLINE_SOFTMAX_STATS = Exercise(
     cases=_stats_cases,
     oracle=_stats_oracle_iter,
     solution=online_softmax_stats,
-    tolerances={torch.float32: (1e-5, 1e-5)},
+    tolerances={torch.float32: (1e-5, 1e-4)},
     hints=(
         "Keep two numbers while reading the blocks once: the largest entry so far m, and the "
         "sum l of exp(x - m) over the entries seen so far.",
@@ -188,6 +188,7 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
 
 FLASH_ATTENTION = Exercise(
     id="flash_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="07_flash",
     title="Flash attention, block by block",
     signature="flash_attention(q, k, v (B, H, N, D), block_size=64) -> (B, H, N, D)",
