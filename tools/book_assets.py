@@ -101,10 +101,23 @@ def _config_inited(app, config) -> None:
         logging.getLogger(__name__).warning(str(exc), type="book_assets", subtype="mathjax")
 
 
+def _is_thebe(asset) -> bool:
+    name = str(getattr(asset, "filename", asset) or "")
+    body = str(getattr(asset, "attributes", {}).get("body", ""))
+    return "sphinx-thebe" in name or "THEBE_JS_URL" in body
+
+
 def _page_context(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body")
     if body and "font-awesome" in body:
         context["body"] = _FA_LINK.sub("", body)
+    # Live code (thebe) is off (launch_buttons.thebe: false), but sphinx-thebe, a default JB
+    # extension, still injects its loader (twice, which throws a redeclaration error) and the
+    # URL of thebe on unpkg. Drop it; Binder/Colab/JupyterHub launch buttons are plain links.
+    if not app.config.html_theme_options.get("launch_buttons", {}).get("thebe"):
+        for key in ("script_files", "css_files"):
+            if key in context:
+                context[key] = [a for a in context[key] if not _is_thebe(a)]
 
 
 def _build_finished(app, exception) -> None:
@@ -126,6 +139,9 @@ def _build_finished(app, exception) -> None:
 
 
 def setup(app):
+    # MathJax (and every other asset) on every page: math can also arrive in pages Sphinx does not
+    # flag as having equations (citations, index, search snippets).
+    app.set_html_assets_policy("always")
     app.connect("config-inited", _config_inited, priority=100)
     app.connect("html-page-context", _page_context, priority=900)
     app.connect("build-finished", _build_finished)

@@ -1,0 +1,195 @@
+"""What the browser test checks on one page, as reusable functions (also self-tested).
+
+``visit`` opens a URL in a fresh context and records everything that went wrong while loading it;
+the ``check_*`` functions inspect the loaded page and return a list of problems (empty = fine).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+
+# Text nodes under these elements are code, not prose: raw TeX there is fine.
+_VISIBLE_TEXT_JS = """
+() => {
+  const skip = new Set(['PRE', 'CODE', 'SCRIPT', 'STYLE', 'TEXTAREA', 'NOSCRIPT', 'MJX-CONTAINER',
+                        'MJX-ASSISTIVE-MML']);
+  const root = document.querySelector('main') || document.body;
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const out = [];
+  let node;
+  while ((node = walker.nextNode())) {
+    let el = node.parentElement, code = false;
+    while (el && el !== root.parentElement) {
+      if (skip.has(el.tagName) || el.classList.contains('highlight')) { code = true; break; }
+      el = el.parentElement;
+    }
+    if (!code) out.push(node.textContent);
+  }
+  return out.join('\\n');
+}
+"""
+
+RAW_TEX = [r"$$", r"\(", r"\)", r"\[", r"\]", r"\begin{", r"\frac{", r"\mathrm{"]
+RAW_WIDGET = [
+    re.compile(r"application/vnd\.jupyter\.widget"),
+    re.compile(r"\"model_id\"\s*:"),
+    re.compile(r"\b(VBox|HBox|interactive|IntSlider|FloatSlider|SelectionSlider)\(children="),
+    re.compile(r"\b(IntSlider|FloatSlider|SelectionSlider|Dropdown|ToggleButtons)\(value="),
+    re.compile(r"Loading widget\.\.\."),
+]
+
+_PLAYERS_JS = """
+async () => {
+  const res = [];
+  for (const s of document.querySelectorAll('input[type=range]')) {
+    const box = s.closest('.animation') || s.closest('.cell_output') || s.parentElement;
+    const img = box ? box.querySelector('img') : null;
+    if (!img) { res.push({id: s.id, ok: false, why: 'no image next to the slider'}); continue; }
+    const min = s.min === '' ? 0 : Number(s.min);
+    const max = s.max === '' ? 100 : Number(s.max);
+    const before = img.getAttribute('src') || '';
+    if (!before) { res.push({id: s.id, ok: false, why: 'player shows no frame'}); continue; }
+    const target = Number(s.value) === max ? min : max;
+    s.value = String(target);
+    s.dispatchEvent(new Event('input', {bubbles: true}));
+    s.dispatchEvent(new Event('change', {bubbles: true}));
+    await new Promise(r => setTimeout(r, 100));
+    const after = img.getAttribute('src') || '';
+    res.push({id: s.id, ok: after !== '' && after !== before, min, max,
+              why: min === max ? 'slider has a single position' :
+                   (after === before ? 'frame image did not change' : '')});
+  }
+  return res;
+}
+"""
+
+
+@dataclass
+class Visit:
+    """A loaded page plus what went wrong while loading it."""
+
+    page: object
+    url: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    remote_requests: list[str] = field(default_factory=list)
+
+    def load_problems(self) -> list[str]:
+        return ([f"console error: {m}" for m in self.console_errors]
+                + [f"JavaScript exception: {m}" for m in self.page_errors]
+                + [f"failed local request: {m}" for m in self.failed_requests]
+                + [f"request to a non-local host: {m}" for m in self.remote_requests])
+
+
+def is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme in ("data", "blob", "about", "javascript"):
+        return True
+    return parts.hostname in LOCAL_HOSTS
+
+
+def open_page(context, url: str) -> Visit:
+    """Open ``url`` in ``context``; block (and record) every request to a non-local host."""
+    page = context.new_page()
+    visit = Visit(page=page, url=url)
+
+    def route(r):
+        if is_local(r.request.url):
+            r.continue_()
+        else:
+            visit.remote_requests.append(r.request.url)
+            r.abort()
+
+    def on_failed(req):
+        if is_local(req.url):
+            visit.failed_requests.append(f"{req.url} ({req.failure})")
+
+    def on_response(resp):
+        if resp.status >= 400 and is_local(resp.url):
+            visit.failed_requests.append(f"{resp.url} (HTTP {resp.status})")
+
+    def on_console(msg):
+        if msg.type == "error":
+            text = msg.text
+            # the blocked remote request is already reported, with its URL
+            if "net::ERR_FAILED" in text and visit.remote_requests:
+                return
+            visit.console_errors.append(text)
+
+    page.route("**/*", route)
+    page.on("requestfailed", on_failed)
+    page.on("response", on_response)
+    page.on("console", on_console)
+    page.on("pageerror", lambda exc: visit.page_errors.append(str(exc)))
+    page.goto(url, wait_until="load")
+    return visit
+
+
+def check_math(page, timeout_ms: int = 20000) -> list[str]:
+    """Where the page has math, MathJax rendered all of it and no raw TeX is left in prose."""
+    n_math = page.evaluate("() => document.querySelectorAll('.math').length")
+    problems = []
+    if n_math:
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && "
+                                   "MathJax.startup.promise", timeout=timeout_ms)
+            page.evaluate("() => MathJax.startup.promise")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.math')]"
+                ".every(e => e.querySelector('mjx-container'))", timeout=timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - report, don't crash the whole module
+            n_done = page.evaluate("() => [...document.querySelectorAll('.math')]"
+                                   ".filter(e => e.querySelector('mjx-container')).length")
+            problems.append(f"MathJax rendered {n_done} of {n_math} math elements "
+                            f"({type(exc).__name__})")
+        n_err = page.evaluate("() => document.querySelectorAll('mjx-merror').length")
+        if n_err:
+            problems.append(f"{n_err} TeX error(s) rendered by MathJax (mjx-merror)")
+    text = page.evaluate(_VISIBLE_TEXT_JS)
+    for token in RAW_TEX:
+        if token in text:
+            i = text.index(token)
+            snippet = text[max(0, i - 40):i + 40]
+            problems.append(f"raw TeX {token!r} left in the page: ...{snippet!r}")
+    return problems
+
+
+def check_images(page, timeout_ms: int = 20000) -> list[str]:
+    """Every <img> loaded (naturalWidth > 0): no broken-image icons."""
+    page.evaluate("() => document.querySelectorAll('img').forEach(i => i.loading = 'eager')")
+    try:
+        page.wait_for_function("() => [...document.images].every(i => i.complete)",
+                               timeout=timeout_ms)
+    except Exception:  # noqa: BLE001 - the per-image report below says which
+        pass
+    broken = page.evaluate(
+        "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"
+        ".map(i => (i.getAttribute('src') || '<no src>').slice(0, 120))")
+    return [f"image did not load: {src}" for src in broken]
+
+
+def check_widgets(page) -> list[str]:
+    """No live-widget leftovers: widget views need JS the book does not ship (dead controls)."""
+    problems = []
+    n_views = page.evaluate(
+        "() => document.querySelectorAll('script[type*=\"jupyter.widget-view\"]').length")
+    if n_views:
+        problems.append(f"{n_views} ipywidgets view(s) in the HTML: they render nothing in the "
+                        "book; use explorer.show() (a jshtml player when COURSE_LIB_BOOK=1)")
+    text = page.evaluate(_VISIBLE_TEXT_JS)
+    for pattern in RAW_WIDGET:
+        m = pattern.search(text)
+        if m:
+            problems.append(f"raw widget text in the page: {m.group(0)!r}")
+    return problems
+
+
+def check_players(page) -> list[str]:
+    """Every slider of a jshtml player changes the frame image when moved."""
+    return [f"slider {r['id'] or '(no id)'}: {r['why']}"
+            for r in page.evaluate(_PLAYERS_JS) if not r["ok"]]

@@ -1,0 +1,82 @@
+"""The checks themselves catch what they claim to: a dead player, a remote load, a broken image.
+
+Runs on small pages written into a temporary folder, independent of the chapters' contents.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.animation import FuncAnimation  # noqa: E402
+
+from .conftest import LocalServer  # noqa: E402
+from .probe import check_images, check_players, check_widgets, open_page  # noqa: E402
+
+
+def jshtml(frames_differ: bool) -> str:
+    fig, ax = plt.subplots(figsize=(2, 1.5), dpi=40)
+
+    def update(i):
+        ax.clear()
+        ax.bar([0, 1], [1, 1 + (i if frames_differ else 0)])
+        return []
+
+    html = FuncAnimation(fig, update, frames=3, blit=False).to_jshtml(default_mode="once")
+    plt.close(fig)
+    return html
+
+
+def write(tmp_path, name, body):
+    (tmp_path / name).write_text(f"<!doctype html><html><body><main>{body}</main></body></html>",
+                                 encoding="utf-8")
+
+
+@pytest.mark.browser
+def test_probe_catches_dead_player_remote_load_broken_image(tmp_path, browser):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from book_assets import _FA_LINK
+
+    write(tmp_path, "good.html", _FA_LINK.sub("", jshtml(True)))
+    write(tmp_path, "dead.html", _FA_LINK.sub("", jshtml(False)))
+    write(tmp_path, "remote.html", '<script src="https://cdn.example.org/x.js"></script>'
+                                   '<img src="missing.png"><p>VBox(children=(IntSlider(</p>')
+    ctx = browser.new_context()
+    with LocalServer(tmp_path) as srv:
+        good = open_page(ctx, srv.base + "good.html")
+        assert good.load_problems() == []
+        assert check_players(good.page) == []
+        assert check_images(good.page) == []
+
+        dead = open_page(ctx, srv.base + "dead.html")
+        assert check_players(dead.page) == ["slider " + dead.page.eval_on_selector(
+            "input[type=range]", "e => e.id") + ": frame image did not change"]
+
+        remote = open_page(ctx, srv.base + "remote.html")
+        assert remote.remote_requests == ["https://cdn.example.org/x.js"]
+        assert any("missing.png" in p for p in remote.failed_requests)
+        assert check_images(remote.page) == ["image did not load: missing.png"]
+        assert check_widgets(remote.page) == ["raw widget text in the page: 'VBox(children='"]
+    ctx.close()
+
+
+def test_remote_load_scanner():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from book_assets import _FA_LINK, remote_loads
+
+    page = ('<script src="https://cdn.x/a.js"></script><script src="_static/b.js"></script>'
+            '<link rel="stylesheet" href="//fonts.x/c.css"><a href="https://github.com/x">x</a>'
+            '<img src="data:image/png;base64,AAAA"><style>@import url("https://f.x/d.css")</style>')
+    assert remote_loads(page) == ["<script> https://cdn.x/a.js", "<link> //fonts.x/c.css",
+                                  "@import https://f.x/d.css"]
+    assert remote_loads(_FA_LINK.sub("", jshtml(True))) == []
+    assert remote_loads(jshtml(True)) != []  # matplotlib's own output does load from a CDN
