@@ -211,3 +211,39 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
         dq += s * dS_j @ k_j
         dk[..., j0:j0 + block_k, :] = s * dS_j.transpose(-2, -1) @ q
     return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------- chapter tables
+
+
+def intensity_table(ns: list[int], d: int, block_q: int) -> str:
+    """Markdown: bytes moved and FLOP/byte of both paths for each n (one head, fp32)."""
+    out = ["| n | naive: bytes moved | tiled: bytes moved | naive FLOP/byte | tiled FLOP/byte |",
+           "|---:|---:|---:|---:|---:|"]
+    for n in ns:
+        out.append(f"| {n} | {naive_bytes(n, d) / 2**20:,.1f} MiB | "
+                   f"{flash_bytes(n, d, block_q) / 2**20:,.1f} MiB | "
+                   f"{arithmetic_intensity(n, d):.1f} | "
+                   f"{arithmetic_intensity(n, d, 'flash', block_q):.1f} |")
+    return "\n".join(out)
+
+
+def online_softmax_table(blocks: list[torch.Tensor]) -> str:
+    """Markdown: per block, its max, the running m and ℓ, and ℓ recomputed directly from every
+    entry seen so far (the invariant ℓ = Σ e^{x − m}); asserts that the two agree."""
+    out = ["| block t | max of block | m after t | ℓ after t | Σ e^(x−m), blocks ≤ t |",
+           "|---:|---:|---:|---:|---:|"]
+    for t, (b, (m_t, ell_t)) in enumerate(zip(blocks, online_softmax_trace(blocks),
+                                              strict=True), start=1):
+        seen = torch.cat(blocks[:t])
+        direct = float(torch.exp(seen - m_t).sum())
+        tol = 1e-12 if seen.dtype == torch.float64 else 1e-5
+        if m_t != float(seen.max()) or not math.isclose(ell_t, direct, rel_tol=tol):
+            raise AssertionError(f"invariant broken after block {t}")
+        out.append(f"| {t} | {float(b.max()):.4f} | {m_t:.4f} | {ell_t:.4f} | {direct:.4f} |")
+    return "\n".join(out)
+
+
+def growth_per_doubling(series: dict[int, float], n1: int, n2: int) -> float:
+    """Factor by which ``series`` grows per doubling of n between ``n1`` and ``n2``."""
+    return (series[n2] / series[n1]) ** (1 / math.log2(n2 / n1))

@@ -204,3 +204,14 @@ def test_sweep_with_batched_memory_and_naive_cap():
     assert [("skipped" in r) for r in ref] == [False, True]
     assert all(r["peak_extra_bytes"] > 0 for r in bench.rows(data))
     assert "one fresh subprocess" in data["meta"]["memory_method"]
+
+
+def test_chapter_tables_from_known_numbers():
+    data = _fake_results()
+    mem = bench.memory_table(data)
+    assert "| 4096 | 2048.0 | 32.0 | 16.0 | 64 |" in mem  # 2 GiB vs 32 MiB: ratio 64
+    timing = bench.timing_table(data)
+    assert "| 4096 | no | 3000 | 1500 | 1020 | 1000 | 1.47 | 1.020 | 0.90 |" in timing
+    checks = bench.checks_table(data)
+    assert checks.count("\n") == 2 + 4 * 2 - 1 and "| yes |" in checks
+    assert "B=1, H=8, d=64" in bench.describe_run(data)

@@ -119,3 +119,12 @@ def test_figures_draw():
     flash_plots.per_impl_vs_n(axes[2], series, "MiB", "t", guides={"×2": 1.0})
     assert len(axes[2].lines) == 2
     plt.close(fig)
+
+
+def test_chapter_tables_and_growth():
+    table = flash_tools.intensity_table([1024], 64, 128)
+    assert f"{flash_tools.arithmetic_intensity(1024, 64):.1f}" in table
+    blocks = [torch.tensor([0.0, 2.0]), torch.tensor([5.0])]
+    text = flash_tools.online_softmax_table(blocks)
+    assert "| 2 | 5.0000 | 5.0000 |" in text
+    assert flash_tools.growth_per_doubling({1: 1.0, 4: 16.0}, 1, 4) == pytest.approx(4.0)

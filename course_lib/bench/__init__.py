@@ -17,9 +17,13 @@ from .matmul import matmul_rate
 from .memory import measure_peak_memory, measure_peak_memory_many
 from .report import (
     check_targets,
+    checks_table,
+    describe_run,
     load_results,
+    memory_table,
     result_stem,
     rows,
+    timing_table,
     to_markdown,
     validate,
     write_json,
@@ -31,7 +35,8 @@ from .timing import interleaved_rounds, summarize, time_call
 from .workloads import implementations
 
 __all__ = [
-    "FLOP_CONVENTION", "SCHEMA", "attention_flops", "check_targets", "implementations",
+    "FLOP_CONVENTION", "SCHEMA", "attention_flops", "check_targets", "checks_table",
+    "describe_run", "implementations", "memory_table", "timing_table",
     "interleaved_rounds", "load_results", "machine_info", "matmul_flops", "matmul_rate",
     "measure_peak_memory", "measure_peak_memory_many", "result_stem", "rows", "run_sweep",
     "summarize", "time_call", "to_markdown", "validate", "write_json", "write_markdown",

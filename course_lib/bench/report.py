@@ -191,3 +191,57 @@ def write_report(data: dict[str, Any], out_dir: str | Path, stem: str | None = N
     stem = result_stem(data["meta"]) if stem is None else stem
     out_dir = Path(out_dir)
     return write_json(data, out_dir / f"{stem}.json"), write_markdown(data, out_dir / f"{stem}.md")
+
+
+# ----------------------------------------------------------------------------- chapter tables
+
+
+def memory_table(data: dict[str, Any], causal: bool = False) -> str:
+    """Markdown: peak extra MiB per n for reference, flash, sdpa, and naive ÷ flash."""
+    by = {i: {r["n"]: r.get("peak_extra_bytes") for r in rows(data, i, causal)}
+          for i in ("reference", "flash", "sdpa")}
+    out = ["| n | naive MiB | flash MiB | sdpa MiB | naive ÷ flash |",
+           "|---:|---:|---:|---:|---:|"]
+    for n in sorted(by["flash"]):
+        ref, fl, sd = by["reference"].get(n), by["flash"][n], by["sdpa"].get(n)
+        out.append(f"| {n} | {_fmt(None if ref is None else ref / MiB, '.1f')} | "
+                   f"{fl / MiB:.1f} | {_fmt(None if sd is None else sd / MiB, '.1f')} | "
+                   f"{_fmt(None if ref is None else ref / fl, '.0f')} |")
+    return "\n".join(out)
+
+
+def timing_table(data: dict[str, Any]) -> str:
+    """Markdown: median ms per implementation and the ratios the targets use, per (n, causal)."""
+    out = ["| n | causal | naive ms | flash ms | sdpa ms | torch ms | flash ÷ sdpa | "
+           "sdpa ÷ torch | sdpa × matmul rate |",
+           "|---:|:---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in sorted({r["causal"] for r in data["results"]}):
+        for n in sorted({r["n"] for r in rows(data, "flash", c)}):
+            r = {i: _row(data, i, n, c) for i in ("reference", "flash", "sdpa", "torch")}
+            ms = {i: None if x is None else x["median_s"] * 1e3 for i, x in r.items()}
+            fs = None if r["sdpa"] is None else _paired(r["flash"], r["sdpa"])
+            st = None if r["sdpa"] is None or r["torch"] is None else \
+                _paired(r["sdpa"], r["torch"])
+            frac = None if r["sdpa"] is None else r["sdpa"]["frac_matmul"]
+            out.append(f"| {n} | {'yes' if c else 'no'} | " + " | ".join(
+                _fmt(ms[i], ".0f") for i in ("reference", "flash", "sdpa", "torch"))
+                + f" | {_fmt(fs, '.2f')} | {_fmt(st, '.3f')} | {_fmt(frac, '.2f')} |")
+    return "\n".join(out)
+
+
+def checks_table(data: dict[str, Any]) -> str:
+    """Markdown table of :func:`check_targets`."""
+    out = ["| target | n | measured | goal | met |", "|---|---:|---:|---|---|"]
+    for ch in check_targets(data):
+        out.append(f"| {ch['name']} | {ch['at_n']} | {ch['measured']:.3f} | {ch['target']} | "
+                   f"{'yes' if ch['passed'] else 'no'} |")
+    return "\n".join(out)
+
+
+def describe_run(data: dict[str, Any]) -> str:
+    """One line: machine, software and conditions of a run."""
+    m = data["meta"]
+    return (f"{m.get('device_name', m['device'])}, {m['threads']} threads, "
+            f"torch {m['torch_version']}, {m['dtype']}, B={m['batch']}, H={m['heads']}, "
+            f"d={m['d']}, {m['rounds']} rounds, run {m.get('timestamp_utc', '?')}, "
+            f"load average at start {m.get('load_average_start')}")
