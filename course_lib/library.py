@@ -34,6 +34,10 @@ class Library:
     topics: tuple[str, ...] = TOPICS
     contents: tuple[str, ...] = CONTENTS
 
+    def best(self, weights: torch.Tensor) -> str:
+        """Title of the book with the largest of the ``(n,)`` weights."""
+        return self.titles[int(weights.argmax())]
+
     def topic(self, name: str) -> torch.Tensor:
         """The ``(d,)`` unit query vector that asks for one topic, e.g. ``topic("astronomy")``."""
         q = torch.zeros(len(self.topics), dtype=self.keys.dtype)
@@ -151,8 +155,10 @@ def markdown_table(
     col_labels: Sequence[str],
     decimals: int = 3,
     corner: str = "",
+    title: str = "",
 ) -> str:
-    """A ``(rows, cols)`` tensor as a Markdown table with labels, numbers to ``decimals``."""
+    """A ``(rows, cols)`` tensor as a Markdown table with labels, numbers to ``decimals``,
+    under an optional bold ``title``."""
     if matrix.ndim != 2 or matrix.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"matrix of shape {tuple(matrix.shape)} does not match "
                          f"{len(row_labels)} row and {len(col_labels)} column labels")
@@ -162,7 +168,22 @@ def markdown_table(
     for label, row in zip(row_labels, matrix.tolist(), strict=True):
         cells = [f"{x + 0.0:.{decimals}f}" for x in row]   # + 0.0 turns -0.0 into 0.0
         rows.append("| " + " | ".join([f"**{label}**", *cells]) + " |")
-    return "\n".join([head, rule, *rows])
+    table = "\n".join([head, rule, *rows])
+    return f"**{title}**\n\n{table}" if title else table
+
+
+def show_table(
+    matrix: torch.Tensor,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str = "",
+    decimals: int = 3,
+    corner: str = "",
+) -> None:
+    """Display :func:`markdown_table` in a notebook (a rendered table in Jupyter and the book)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown_table(matrix, row_labels, col_labels, decimals, corner, title)))
 
 
 def diagonal_argmax_rate(scores: torch.Tensor) -> float:

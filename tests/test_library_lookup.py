@@ -96,3 +96,10 @@ def test_markdown_table_rounds_and_labels():
     assert lines[2] == "| **a** | 0.12 | 0.00 |"
     with pytest.raises(ValueError):
         markdown_table(torch.zeros(2, 3), ["a", "b"], ["x", "y"])
+
+
+def test_markdown_table_title_and_best():
+    t = markdown_table(torch.eye(2), ["a", "b"], ["x", "y"], title="Identity")
+    assert t.startswith("**Identity**\n\n|  | x | y |")
+    lib = make_library()
+    assert lib.best(torch.tensor([0.1, 0.2, 0.6, 0.05, 0.05])) == "Rise of Rome"
