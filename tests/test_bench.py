@@ -165,6 +165,8 @@ def test_cli_parsing():
     args = build_parser().parse_args(["--n", "256,512", "1024", "--causal", "yes", "--backward"])
     assert _ints(args.n) == [256, 512, 1024] and args.causal == "yes" and args.backward
     assert build_parser().parse_args([]).out == "bench/results"
+    assert build_parser().parse_args([]).memory == "fresh"
+    assert build_parser().parse_args(["--memory", "batched"]).memory == "batched"
 
 
 def test_progress_bar_writes_to_its_stream():

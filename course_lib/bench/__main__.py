@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="square matmul yardstick size (default 2048 CPU, 8192 CUDA)")
     p.add_argument("--min-sample-s", type=float, default=0.02,
                    help="repeat fast calls so one sample lasts this long (default 0.02 s)")
-    p.add_argument("--no-memory", action="store_true", help="skip peak-memory measurement")
+    p.add_argument("--memory", choices=["fresh", "batched", "none"], default="fresh",
+                   help="peak memory: a fresh subprocess per point (default), one fresh "
+                        "subprocess for all points (high-water mark reset between points), "
+                        "or skip")
+    p.add_argument("--no-memory", action="store_true", help="same as --memory none")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -61,7 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = run_sweep(
         _ints(args.n), args.impls, d=args.d, heads=args.heads, batch=args.batch, causal=causal,
         dtype=args.dtype, device=args.device, rounds=args.rounds, warmup=args.warmup,
-        backward=args.backward, memory=not args.no_memory, naive_max_n=args.naive_max_n,
+        backward=args.backward,
+        memory=False if args.no_memory or args.memory == "none" else
+        ("batched" if args.memory == "batched" else True), naive_max_n=args.naive_max_n,
         matmul_size=args.matmul_size, min_sample_s=args.min_sample_s, threads=args.threads,
         progress=not args.quiet,
         command="python -m course_lib.bench " + " ".join(shlex.quote(a) for a in argv),
