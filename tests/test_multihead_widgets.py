@@ -70,3 +70,10 @@ def test_depth_profile_figure():
     pm.plot_depth_profiles(fig, prof)
     assert len(fig.axes) == 2
     plt.close(fig)
+
+
+def test_every_book_frame_draws():
+    for frame in wm.head_explorer().player_frames():
+        row = wm.draw_head(plt.figure(), **frame)
+        assert abs(row.sum() - 1) < 1e-5
+        plt.close("all")

@@ -52,3 +52,10 @@ def test_plot_temperature_and_saturation():
     drawn = ps.plot_exp_range(plt.subplots()[1], [torch.float16, torch.float32])
     assert drawn[torch.float16][1] < 12 < drawn[torch.float32][1]
     plt.close("all")
+
+
+def test_every_book_frame_draws():
+    for frame in ws.temperature_explorer().player_frames():
+        p = ws.draw_temperature(plt.figure(), **frame)
+        assert abs(p.sum() - 1) < 1e-12
+        plt.close("all")
