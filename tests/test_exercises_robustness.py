@@ -265,3 +265,23 @@ def test_system_exit_in_submission_is_caught():
 def test_unknown_hint_and_solution_do_not_raise():
     assert "no exercise" in exercises.hint("nope")
     assert "no exercise" in exercises.solution("nope")
+
+
+def test_time_limit_never_interrupts_an_import(tmp_path, monkeypatch):
+    marker = tmp_path / "imported"
+    (tmp_path / "course_lib_slow_module.py").write_text(
+        "import pathlib, time\nt0 = time.time()\nwhile time.time() - t0 < 0.8:\n    pass\n"
+        f"pathlib.Path({str(marker)!r}).write_text('done')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def importer(x, dim=-1):
+        import course_lib_slow_module  # noqa: F401
+        while True:
+            pass
+
+    result = exercises.check("softmax", importer, timeout=0.2)
+    assert result.mistake == "timeout"
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()          # the import ran to its end instead of breaking half-way

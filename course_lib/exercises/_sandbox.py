@@ -133,6 +133,15 @@ def learner_traceback(exc: BaseException) -> str:
     return head + "\n".join(keep) + ("\n" if keep else "") + last
 
 
+def _importing(frame) -> bool:  # noqa: ANN001
+    """Whether ``frame`` runs inside an import (stopping there would leave a broken module)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
              forbidden: tuple[str, ...] = (), max_square: int | None = None) -> CallOutcome:
     """Call ``fn(*args)`` under the watch; never raises."""
@@ -145,12 +154,12 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     stop = [False]  # set by this thread on time-out; the worker's tracer then raises
 
     def local_trace(frame, event, arg):  # noqa: ANN001, ANN202
-        if stop[0]:
+        if stop[0] and not _importing(frame):
             raise _TimeLimit
         return local_trace
 
     def global_trace(frame, event, arg):  # noqa: ANN001, ANN202
-        if stop[0]:
+        if stop[0] and not _importing(frame):
             raise _TimeLimit
         label = codes.get(frame.f_code)
         if label is not None:
