@@ -13,6 +13,20 @@ Use::
 NotImplementedError``) gives ``status == "not_attempted"`` ("Not attempted yet."). Every outcome
 is appended to a local progress file (``~/.course_lib/progress.json``, or ``$COURSE_LIB_PROGRESS``).
 
+In a chapter notebook
+---------------------
+A starter cell ``def softmax(x, dim=-1):`` with body ``...``; a check cell ending with
+``exercises.check("softmax", softmax)``, whose repr is then exactly::
+
+    ○ softmax: Not attempted yet.
+    Replace the `...` in `softmax` with your code, then run the check again. Stuck? ...
+
+and a hidden solution cell ending with ``exercises.check("softmax", softmax_solution)``, whose
+repr starts with ``✓ softmax: Correct!`` followed by ``All N cases passed: <case names>.``
+Both are deterministic (fresh random inputs, but no values in the text), and so are the reprs of
+a recognised mistake (``✗ softmax: Not yet.`` then the mistake's message). Only unrecognised
+wrong values add value-dependent details (index of the first wrong entry, largest error).
+
 Adding an exercise
 ------------------
 One declaration in one module: create ``course_lib/exercises/<name>.py`` (any name not starting
