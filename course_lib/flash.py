@@ -36,7 +36,8 @@ def _block_sizes(block_size: int | tuple[int, int] | None) -> tuple[int, int]:
     """``None`` → default; ``b`` → ``(b, b)``; ``(b_q, b_k)`` as given. Must be positive ints."""
     if block_size is None:
         return DEFAULT_BLOCK_SIZE
-    sizes = (block_size, block_size) if isinstance(block_size, int) else tuple(block_size)
+    sizes = (block_size, block_size) if not isinstance(block_size, (tuple, list)) \
+        else tuple(block_size)
     if len(sizes) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
                                   for b in sizes):
         raise ValueError(f"block_size must be a positive int or a pair (B_q, B_k) of positive "
