@@ -37,7 +37,7 @@ def intensity_plot(ax: plt.Axes, ns: Sequence[int], d: int, block_q: int,
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("arithmetic intensity (FLOP / byte)")
     ax.set_title(f"FLOPs per byte moved, one head, d = {d}, fp32")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="center right", fontsize=8)
 
 
 def tile_grid(ax: plt.Axes, L: int, S: int, block_q: int, block_k: int, causal: bool = False,
