@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import statistics
 import sys
 import time
@@ -264,7 +265,11 @@ class ProgressBar:
         self.done = 0
 
     def step(self, note: str = "") -> None:
+        """Advance by one. While the HTML book is built only the final state is written (a
+        static page would show every ``\r`` update as a line of its own)."""
         self.done += 1
+        if os.environ.get("COURSE_LIB_BOOK") == "1" and self.done < self.total:
+            return
         filled = round(self.width * self.done / self.total)
         bar = "#" * filled + "." * (self.width - filled)
         end = "\n" if self.done == self.total else ""
@@ -390,3 +395,21 @@ def committed_benchmark(path: str | Path | None = None, device: str = "cpu",
                f"B={m.get('batch')}, H={m.get('heads')}, d={m.get('d')}; matmul yardstick "
                f"{mm.get('gflops_median', float('nan')):.1f} GFLOP/s (median)")
     return {"caption": caption, "rows": rows, "table": "\n".join(lines), "data": data}
+
+
+def score_memory_rows(ns: Sequence[int], heads: Sequence[int] = (1, 12),
+                      dtypes: Sequence[tuple[str, int]] = (("fp32", 4), ("bf16", 2)),
+                      ) -> list[dict[str, Any]]:
+    """One row per n: the score-matrix size for each head count and dtype, formatted."""
+    return [{"n": n, **{f"{h} head{'s' if h > 1 else ''} {name}":
+                        format_bytes(score_matrix_bytes(n, h, bytes_per_element=b))
+                        for h in heads for name, b in dtypes}}
+            for n in ns]
+
+
+def measured_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sweep records as table rows; measured numbers carry a leading ``≃`` (the book sanitizes
+    them in its output comparisons, since they vary from run to run)."""
+    return [{"impl": r["impl"], "n": r["n"], "CPU time": f"≃{r['seconds'] * 1e3:.3g} ms",
+             "peak extra memory": f"≃{r['peak_bytes'] / 2**20:.3g} MiB",
+             "GFLOP/s": f"≃{r['gflops_per_s']:.3g}"} for r in records]

@@ -139,3 +139,22 @@ def test_sweep_records_and_memory_slopes():
 
 def test_committed_benchmark_missing_dir_returns_none(tmp_path):
     assert cx.committed_benchmark(tmp_path) is None
+
+
+def test_progress_bar_in_book_mode_writes_only_the_final_state(monkeypatch):
+    monkeypatch.setenv("COURSE_LIB_BOOK", "1")
+    stream = io.StringIO()
+    bar = cx.ProgressBar(3, "demo", width=6, stream=stream)
+    for _ in range(3):
+        bar.step()
+    assert stream.getvalue().count("demo [") == 1 and "3/3" in stream.getvalue()
+
+
+def test_memory_and_measured_rows():
+    rows = cx.score_memory_rows([100, 16384], heads=(1, 12))
+    assert rows[0]["12 heads bf16"] == cx.format_bytes(12 * 100 * 100 * 2)
+    assert rows[1]["1 head fp32"] == "1.0 GiB"
+    rec = {"impl": "x", "n": 8, "seconds": 0.0123, "peak_bytes": 3 * 2**20, "gflops_per_s": 4.56}
+    row = cx.measured_rows([rec])[0]
+    assert row["CPU time"] == "≃12.3 ms" and row["peak extra memory"] == "≃3 MiB"
+    assert row["GFLOP/s"] == "≃4.56"
