@@ -47,17 +47,12 @@ def is_untouched(fn: Callable[..., Any]) -> bool:
     code = getattr(fn, "__code__", None)
     if code is not None and getattr(fn, "__name__", "") == "<lambda>":
         # a lambda's source line is often not parseable on its own (it sits inside a call)
-        for ins in dis.get_instructions(code):
-            if ins.opname in ("LOAD_CONST", "RETURN_CONST") and ins.argval not in (None, ...):
-                return False
-            if ins.opname not in ("RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"):
-                return False
-        return True
+        return _trivial_bytecode(code)
     try:
         src = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(src)
-    except Exception:
-        return False
+    except Exception:  # no source (exec'd code): judge by the bytecode
+        return code is not None and _trivial_bytecode(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Lambda):
             return _trivial_expr(node.body)
@@ -68,6 +63,16 @@ def is_untouched(fn: Callable[..., Any]) -> bool:
                 body = body[1:]
             return all(_trivial_stmt(s) for s in body)
     return False
+
+
+def _trivial_bytecode(code) -> bool:  # noqa: ANN001
+    """Only loads of None/Ellipsis and returns: the body is ``...``, ``pass`` or a docstring."""
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_CONST", "RETURN_CONST") and ins.argval not in (None, ...):
+            return False
+        if ins.opname not in ("RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"):
+            return False
+    return True
 
 
 def _trivial_expr(e: ast.AST | None) -> bool:
