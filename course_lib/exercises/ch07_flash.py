@@ -116,6 +116,8 @@ ONLINE_SOFTMAX_STATS = Exercise(
                 "be Σ exp(x - m) (that is what keeps exp from overflowing).", _stats_no_shift),
         Mistake("last_block_max", "Your m is the maximum of the last block only: keep the "
                 "running maximum, m_new = max(m, block.max()).", _stats_last_max),
+        Mistake("swapped_outputs", "You returned (l, m): return (m, l), the maximum first.",
+                lambda blocks: tuple(reversed(_stats_oracle(list(blocks))))),
     ),
 )
 
@@ -167,7 +169,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
-           scaled=True):
+           scaled=True, shift=True):
     dtype = q.dtype
     q, k, v = q.double(), k.double(), v.double()
     scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
@@ -177,9 +179,9 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
     acc = torch.zeros_like(q)
     for start in range(0, N, block_size):
         s = q @ k[..., start:start + block_size, :].transpose(-2, -1) * scale
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if shift else torch.zeros_like(m)
         p = torch.exp(s - m_new)
-        c = torch.exp(m - m_new)
+        c = torch.exp(m - m_new) if shift else torch.ones_like(m)
         l = (l * c if rescale_l else l) + p.sum(dim=-1, keepdim=True)
         acc = (acc * c if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
         m = m_new
@@ -219,5 +221,10 @@ FLASH_ATTENTION = Exercise(
                 lambda q, k, v, b=64: _flash(q, k, v, b, divide=False)),
         Mistake("no_scaling", "You forgot to scale the scores by 1/√D (D = q.shape[-1]).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, scaled=False)),
+        Mistake("no_running_max", "You exponentiated the raw scores without subtracting a "
+                "running maximum, so large scores overflow (exp(100) in float32 is inf). Keep a "
+                "per-query running max m and use exp(s - m_new).",
+                lambda q, k, v, b=64: _flash(q.float(), k.float(), v.float(), b,
+                                             shift=False).to(q.dtype)),
     ),
 )
