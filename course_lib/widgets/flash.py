@@ -72,8 +72,7 @@ def draw_tiles(fig: plt.Figure, step: int = 1, causal: bool = False) -> None:
     (i0, i1), (j0, j1) = tile.rows, tile.cols
     axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [3.2, 0.8, 0.8, 2.0]})
     ax = axes[0]
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#eeeeee")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")
     finite = st["scores"][np.isfinite(st["scores"])]
     lim = float(np.abs(finite).max()) if finite.size else 1.0
     ax.imshow(np.ma.masked_invalid(st["scores"]), cmap=cmap, vmin=-lim, vmax=lim)
@@ -91,8 +90,7 @@ def draw_tiles(fig: plt.Figure, step: int = 1, causal: bool = False) -> None:
     _column(axes[1], st["m"], "m", (i0, i1))
     _column(axes[2], st["ell"], "ℓ", (i0, i1))
     ax = axes[3]
-    cmap2 = plt.get_cmap("coolwarm").copy()
-    cmap2.set_bad("#eeeeee")
+    cmap2 = plt.get_cmap("coolwarm").with_extremes(bad="#eeeeee")
     ax.imshow(np.ma.masked_invalid(st["normalised"]), cmap=cmap2, vmin=-1.5, vmax=1.5,
               aspect="auto")
     ax.add_patch(plt.Rectangle((-0.5, i0 - 0.5), st["normalised"].shape[1], i1 - i0, fill=False,
