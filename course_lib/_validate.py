@@ -91,9 +91,9 @@ def _check_mask(attn_mask, query: torch.Tensor, key: torch.Tensor, is_causal: bo
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
                         f"{type(attn_mask).__name__}")
-    if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+    if attn_mask.dtype not in (torch.bool, torch.float32, query.dtype):
         raise TypeError(
-            f"attn_mask must be bool (True = may attend) or float of the query's dtype "
+            f"attn_mask must be bool (True = may attend), float32 or the query's dtype "
             f"{query.dtype}, got {attn_mask.dtype} with shape {_shape(attn_mask)}"
         )
     try:
