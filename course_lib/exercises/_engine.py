@@ -138,7 +138,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
             return _fail(ex, cases, runs, printed, "timeout", case,
                          f"Your function did not finish within {_fmt_seconds(timeout)} on {where}, "
                          "so the check stopped it. An endless loop? (a `while` whose condition "
-                         "never becomes False, or a loop over an iterator that restarts)")
+                         "never becomes False, or a loop over an iterator that restarts?)")
         if out.forbidden is not None:
             return _fail(ex, cases, runs, printed, "forbidden_call", case,
                          f"Your function calls {out.forbidden} ({where}). This exercise asks you "
