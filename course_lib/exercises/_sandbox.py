@@ -196,7 +196,11 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     thread = threading.Thread(target=target, name="course_lib-check", daemon=True)
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         thread.start()
-        thread.join(timeout)
+        try:
+            thread.join(timeout)
+        except BaseException:       # e.g. KeyboardInterrupt: stop the learner's code too
+            stop[0] = True
+            raise
         if thread.is_alive():
             outcome.timed_out = True
             stop[0] = True          # the thread stops at its next line of Python
