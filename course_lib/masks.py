@@ -76,5 +76,6 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32,
         value = float(fill)
     else:
         raise ValueError(f"fill must be '-inf', 'finfo_min' or a float, got {fill!r}")
+    fill_value = torch.tensor(value, dtype=torch.float64).to(dtype)  # overflow rounds to -inf
     out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return out.masked_fill_(~mask, value)
+    return out.masked_fill_(~mask, fill_value.item())
