@@ -133,13 +133,15 @@ def token_spread(x: torch.Tensor) -> float:
 
 
 def depth_profile(variant: str, depth: int = 24, embed_dim: int = 64, num_heads: int = 4,
-                  tokens: int = 16, batch: int = 4, seed: int = 0) -> dict[str, list[float]]:
+                  tokens: int = 16, batch: int = 4, seed: int = 0,
+                  dtype: torch.dtype = torch.float64) -> dict[str, list[float]]:
     """Push random tokens through ``depth`` freshly initialised layers; measure every layer.
 
     ``variant``: ``"attention only"`` (x ← MHA(x)), ``"attention + residual"`` (x ← x + MHA(x)),
     ``"post-norm"`` or ``"pre-norm"`` (:class:`ResidualBlock`, attention + MLP).
     Returns ``spread`` (:func:`token_spread`) and ``rms`` of the stream at depth 0..depth, and
     ``grad`` = ‖∂loss/∂θ_l‖ per layer for a mean-squared-error loss to a random target.
+    float64 by default, so the printed numbers do not depend on the CPU's kernels.
     """
     torch.manual_seed(seed)
     if variant in ("attention only", "attention + residual"):
@@ -150,8 +152,10 @@ def depth_profile(variant: str, depth: int = 24, embed_dim: int = 64, num_heads:
     else:
         raise ValueError(f"unknown variant {variant!r}")
     final = nn.LayerNorm(embed_dim) if variant == "pre-norm" else nn.Identity()
-    h = torch.randn(batch, tokens, embed_dim)
-    target = torch.randn(batch, tokens, embed_dim)
+    layers.to(dtype)
+    final.to(dtype)
+    h = torch.randn(batch, tokens, embed_dim, dtype=dtype)
+    target = torch.randn(batch, tokens, embed_dim, dtype=dtype)
     stream = [h]
     for layer in layers:
         h = h + layer(h) if variant == "attention + residual" else layer(h)
