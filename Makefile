@@ -60,7 +60,9 @@ $(BOOK_STAMP): $(STAMP) $(NODE_STAMP) $(BOOK_SOURCES)
 	COURSE_LIB_BOOK=1 $(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	touch $(BOOK_STAMP)
 
-book: $(BOOK_STAMP)
+book:
+	@test -f _build/html/index.html || rm -f $(BOOK_STAMP)
+	@$(MAKE) --no-print-directory $(BOOK_STAMP)
 
 book-force:
 	rm -f $(BOOK_STAMP)

@@ -44,8 +44,12 @@ def skip_or_fail(message: str) -> None:
 
 
 def chromium_path() -> str | None:
-    candidates = [os.environ.get("CHROMIUM", ""), "/usr/bin/chromium",
-                  shutil.which("chromium") or "", shutil.which("chromium-browser") or ""]
+    """$CHROMIUM if set (only that), else Debian's /usr/bin/chromium or one on PATH."""
+    if os.environ.get("CHROMIUM"):
+        candidates = [os.environ["CHROMIUM"]]
+    else:
+        candidates = ["/usr/bin/chromium", shutil.which("chromium") or "",
+                      shutil.which("chromium-browser") or ""]
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 
