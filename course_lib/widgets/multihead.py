@@ -47,7 +47,7 @@ def draw_head(fig: plt.Figure, head: int = 0, query: int = 4) -> np.ndarray:
 
 
 def head_explorer() -> Explorer:
-    """Head dropdown and query slider; the book's player steps through 4 heads × 3 queries."""
+    """Head dropdown and query slider; the book's player steps through 4 heads × 2 queries."""
     n = len(TOY_SENTENCE)
     return Explorer(
         draw=draw_head,
@@ -55,7 +55,7 @@ def head_explorer() -> Explorer:
             "head": Control("head", tuple(range(len(TOY_HEADS))), default=0, kind="dropdown"),
             "query": Control("query", tuple(range(n)), default=4),
         },
-        frames=[{"head": h, "query": q} for h in range(len(TOY_HEADS)) for q in (1, 4, 8)],
+        frames=[{"head": h, "query": q} for h in range(len(TOY_HEADS)) for q in (4, 8)],
         figsize=(9.0, 3.6),
         interval_ms=900,
     )
