@@ -27,9 +27,10 @@ import torch.nn.functional as F
 
 from ._validate import check_sdpa_args, compute_dtype, expand_gqa
 
-#: default (query rows, key rows) per tile: large query blocks amortize Python's per-op cost,
-#: key blocks of a few hundred rows keep a ``(B_q, B_k)`` tile of scores small.
-DEFAULT_BLOCK_SIZE = (512, 512)
+#: default (query rows, key rows) per tile: few, large tiles keep Python's per-op cost small;
+#: long key blocks make the rescale of O (once per key block) rare. A float32 tile of scores is
+#: ``B·H·B_q·B_k·4`` bytes, 16 MiB for 8 heads.
+DEFAULT_BLOCK_SIZE = (1024, 512)
 
 
 def _block_sizes(block_size: int | tuple[int, int] | None) -> tuple[int, int]:
@@ -73,45 +74,59 @@ def scaled_dot_product_attention(
     if enable_gqa:
         key, value = expand_gqa(query, key, value)
     dtype, work = query.dtype, compute_dtype(query.dtype)
-    L, S, E = query.shape[-2], key.shape[-2], query.shape[-1]
+    L, S, E, Ev = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
     s = 1.0 / math.sqrt(E) if scale is None else scale
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    q = query.to(work) * s                                 # fold the scale into Q once
-    kT = key.to(work).transpose(-2, -1)                    # (..., E, S)
-    v = value.to(work)
+
+    def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:  # (..., r, c) -> (N, r, c)
+        return t.expand(*batch, rows, cols).reshape(-1, rows, cols)
+
+    q = flat(query.to(work) * s, L, E)                     # fold the scale into Q once
+    kT = flat(key.to(work), S, E).transpose(1, 2)          # (N, E, S)
+    v = flat(value.to(work), S, Ev)
+    fold_ell = dropout_p == 0.0
+    if fold_ell:  # P [V | 1] = [P V | rowsum P]: ℓ rides along as the last column of O
+        v = torch.cat([v, v.new_ones(v.shape[0], S, 1)], dim=-1)
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(work)
+    N = q.shape[0]
 
     blocks = []
     for i0 in range(0, L, bq):
         i1 = min(i0 + bq, L)
-        q_i = q[..., i0:i1, :]
-        m = torch.full((*batch, i1 - i0, 1), float("-inf"), dtype=work, device=q.device)
+        m = q.new_full((N, i1 - i0, 1), float("-inf"))    # m: running row max of the scores
         ell = torch.zeros_like(m)                          # ℓ: running sum of e^{S - m}
-        O = torch.zeros((*batch, i1 - i0, v.shape[-1]), dtype=work, device=q.device)
+        O = q.new_zeros((N, i1 - i0, v.shape[-1]))         # O: running sum of e^{S - m} V
         for j0 in range(0, S, bk):
             j1 = min(j0 + bk, S)
             if is_causal and j0 > i1 - 1:
                 break                                      # every later key is in the future
-            S_ij = q_i @ kT[..., j0:j1]                    # (..., B_q, B_k) scores
+            S_ij = torch.bmm(q[:, i0:i1], kT[:, :, j0:j1])  # (N, B_q, B_k) scores
             if is_causal and j1 - 1 > i0:                  # tile crosses the diagonal
                 rows = torch.arange(i0, i1, device=q.device)[:, None]
                 cols = torch.arange(j0, j1, device=q.device)
                 S_ij.masked_fill_(cols > rows, float("-inf"))
-            elif attn_mask is not None and attn_mask.dtype == torch.bool:
-                S_ij.masked_fill_(_tile(attn_mask, i0, i1, j0, j1).logical_not(), float("-inf"))
             elif attn_mask is not None:
-                S_ij.add_(_tile(attn_mask, i0, i1, j0, j1))
+                tile = _tile(attn_mask, i0, i1, j0, j1)
+                grid = S_ij.view(*batch, i1 - i0, j1 - j0)  # broadcast the mask over batch dims
+                if tile.dtype == torch.bool:
+                    grid.masked_fill_(tile.logical_not(), float("-inf"))
+                else:
+                    grid.add_(tile)
             # m only stabilizes exp (the result does not depend on it): no gradient through it
             m_new = torch.maximum(m, S_ij.detach().amax(dim=-1, keepdim=True))
-            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # row masked so far
-            P_ij = S_ij.sub_(m_safe).exp_()                # e^{S - m_new}, in place
-            alpha = torch.exp(m - m_safe)                  # e^{m - m_new}: rescales old ℓ, O
-            ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)
-            if dropout_p > 0.0:
+            m_sub = m_new                                  # a row masked so far has m = -inf:
+            if attn_mask is not None:                      # subtract 0 instead (its P is 0)
+                m_sub = m_new.masked_fill(m_new == float("-inf"), 0.0)
+            P_ij = S_ij.sub_(m_sub).exp_()                 # e^{S - m_new}, in place
+            alpha = torch.exp(m - m_sub)                   # e^{m - m_new} rescales old ℓ and O
+            if not fold_ell:
+                ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)
                 P_ij = F.dropout(P_ij, p=dropout_p)        # ℓ keeps the undropped sum
-            O = alpha * O + P_ij @ v[..., j0:j1, :]
+            O = O.mul_(alpha).baddbmm_(P_ij, v[:, j0:j1])  # O <- e^{m - m_new} O + P V
             m = m_new
+        if fold_ell:
+            O, ell = O[..., :-1], O[..., -1:]
         blocks.append(O / ell.masked_fill(ell == 0, 1.0))  # fully masked row: 0 / 1 = 0
-    out = torch.cat(blocks, dim=-2) if blocks else q.new_zeros((*batch, 0, v.shape[-1]))
-    return out.to(dtype)
+    out = torch.cat(blocks, dim=1) if blocks else q.new_zeros((N, 0, Ev))
+    return out.reshape(*batch, L, Ev).to(dtype)

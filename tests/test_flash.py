@@ -110,3 +110,14 @@ def test_online_statistics_equal_the_one_shot_softmax():
     weights = flash.scaled_dot_product_attention(q, k, eye, block_size=(4, 5))
     assert torch.allclose(weights, reference.attention_weights(q, k), atol=1e-14)
     assert torch.allclose(weights.sum(-1), torch.ones(9, dtype=torch.float64))
+
+
+def test_row_dead_in_early_tiles_then_very_negative_scores():
+    """m stays -inf while a row has seen no key, so later scores of -1e4 do not underflow."""
+    q, k, v = (torch.randn(1, 6, 4, dtype=torch.float64) for _ in range(3))
+    mask = torch.full((6, 6), -1e4, dtype=torch.float64)
+    mask[:, :3] = float("-inf")                        # first key tile: every row dead
+    out = flash.scaled_dot_product_attention(q, k, v, attn_mask=mask, block_size=3)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert ref.abs().sum() > 0
+    assert torch.allclose(out, ref, rtol=1e-10, atol=1e-12)
