@@ -187,51 +187,104 @@ def _rss_field(field: str) -> int | None:
 
 
 _LIBC: Any = None
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
 
-def _tune_malloc() -> None:
-    """Make glibc hand big blocks straight back to the OS, so freed memory leaves the RSS.
-
-    Fixes the mmap threshold (blocks >= 64 KiB are mmap'ed and unmapped on free, instead of
-    glibc's adaptive threshold that keeps them in the heap) and trims the heap now.
-    """
+def _libc() -> Any:
     global _LIBC
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        if _LIBC is None:
+    if _LIBC is None and sys.platform.startswith("linux"):
+        try:
             _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.mallopt(-3, 64 * 1024)    # M_MMAP_THRESHOLD
-            _LIBC.mallopt(-1, 128 * 1024)   # M_TRIM_THRESHOLD
-        _LIBC.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        except OSError:
+            _LIBC = False
+    return _LIBC or None
+
+
+def _malloc_for_measuring(on: bool) -> None:
+    """glibc settings for a memory measurement (``on``) and back to fast ones (``off``).
+
+    On: blocks >= 64 KiB are mmap'ed and unmapped when freed, and free heap pages are handed
+    back to the OS (``malloc_trim``), so every byte a call touches shows in its resident set.
+    Off: the limits glibc's adaptive policy reaches after warm-up (mmap above 32 MiB, trim
+    above 64 MiB), so timed calls reuse heap memory instead of page-faulting fresh memory.
+    """
+    libc = _libc()
+    if libc is None:
+        return
+    if on:
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
+        libc.malloc_trim(0)
+    else:
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
 
 
 def peak_extra_memory(fn: Callable[[], Any], repeats: int = 2) -> int | None:
     """Peak resident memory ``fn()`` adds on top of what the process already holds, in bytes.
 
-    Method (Linux), the benchmark's method run in-process: give freed heap memory back to the OS,
+    Method (Linux), the benchmark's method run in-process: with glibc set to return freed memory
+    (see :func:`_malloc_for_measuring`),
     reset the kernel's high-water mark (``echo 5 > /proc/self/clear_refs``), run ``fn``, read
     ``VmHWM − VmRSS_before`` (output included). Minimum over ``repeats`` runs (the first run may
     pay for one-off allocations). Returns None where ``/proc`` is unavailable.
     """
     best: int | None = None
-    for _ in range(repeats):
-        _tune_malloc()
-        try:
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")
-        except OSError:
-            return None
-        before = _rss_field("VmRSS")
-        result = fn()
-        peak = _rss_field("VmHWM")
-        del result
-        if before is None or peak is None:
-            return None
-        extra = max(0, peak - before)
-        best = extra if best is None else min(best, extra)
+    _malloc_for_measuring(True)
+    try:
+        for _ in range(repeats):
+            try:
+                with open("/proc/self/clear_refs", "w") as fh:
+                    fh.write("5")
+            except OSError:
+                return None
+            before = _rss_field("VmRSS")
+            result = fn()
+            peak = _rss_field("VmHWM")
+            del result
+            if before is None or peak is None:
+                return None
+            extra = max(0, peak - before)
+            best = extra if best is None else min(best, extra)
+    finally:
+        _malloc_for_measuring(False)
+    return best
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process, all threads, microsecond resolution."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime, ru.ru_stime
+
+
+def time_call_split(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
+                    min_total_s: float = 0.0, max_runs: int = 200,
+                    clock: str = "wall") -> tuple[float, float, float]:
+    """Like :func:`time_call` but returns ``(best, user, system)`` for the best run; ``user`` and
+    ``system`` are CPU seconds (process computing vs. OS kernel working for it, e.g. supplying
+    fresh zeroed pages), NaN when ``clock="wall"``."""
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    for _ in range(warmup):
+        fn()
+    best = (math.inf, math.nan, math.nan)
+    spent, runs = 0.0, 0
+    while runs < repeats or (spent < min_total_s and runs < max_runs):
+        if clock == "cpu":
+            u0, s0 = _cpu_times()
+            fn()
+            u1, s1 = _cpu_times()
+            run = ((u1 - u0) + (s1 - s0), u1 - u0, s1 - s0)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            run = (time.perf_counter() - t0, math.nan, math.nan)
+        spent += run[0]
+        runs += 1
+        if run[0] < best[0]:
+            best = run
     return best
 
 
@@ -239,21 +292,13 @@ def time_call(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
               min_total_s: float = 0.0, max_runs: int = 200, clock: str = "wall") -> float:
     """Best (minimum) seconds of ``fn()`` after ``warmup`` runs.
 
-    ``clock="wall"`` uses :func:`time.perf_counter`; ``clock="cpu"`` uses
-    :func:`time.process_time`, the CPU time of this process (all its threads), which does not
-    count the time other programs hold the CPU: on a shared machine it is far more stable.
-    Runs at least ``repeats`` times and, for quick calls, keeps going until ``min_total_s``
-    seconds were spent (at most ``max_runs`` runs). The minimum is the least disturbed run.
+    ``clock="wall"`` uses :func:`time.perf_counter`; ``clock="cpu"`` the CPU time of this process
+    (user + system, all threads), which does not count the time other programs hold the CPU: on
+    a shared machine it is far more stable. Runs at least ``repeats`` times and, for quick
+    calls, keeps going until ``min_total_s`` seconds were spent (at most ``max_runs`` runs).
+    The minimum is the least disturbed run.
     """
-    now = {"wall": time.perf_counter, "cpu": time.process_time}[clock]
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    while len(times) < repeats or (sum(times) < min_total_s and len(times) < max_runs):
-        t0 = now()
-        fn()
-        times.append(now() - t0)
-    return min(times)
+    return time_call_split(fn, repeats, warmup, min_total_s, max_runs, clock)[0]
 
 
 class ProgressBar:
@@ -288,7 +333,8 @@ def sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[
     noise of a shared machine). By default the sweep runs on ``threads=1`` and reads the CPU
     clock (``clock="cpu"``): the CPU time one thread spends is what the FLOP count predicts,
     whatever else the machine is doing. ``threads=None`` keeps torch's setting.
-    Returns one record per (implementation, n): ``impl, n, seconds`` (best), ``peak_bytes``
+    Returns one record per (implementation, n): ``impl, n, seconds`` (best), its split into
+    ``user_seconds`` and ``system_seconds`` (CPU clock only), ``peak_bytes``
     (see :func:`peak_extra_memory`), ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
     """
     bar = ProgressBar(len(implementations) * len(ns), "sweep") if progress else None
@@ -315,11 +361,12 @@ def _sweep_points(implementations: dict[str, Callable[..., torch.Tensor]], ns: S
             def call(attend=attend, q=q, k=k, v=v):
                 return attend(q, k, v)
 
-            seconds = time_call(call, repeats=repeats, warmup=1, min_total_s=min_total_s,
-                                clock=clock)
+            seconds, user, system = time_call_split(call, repeats=repeats, warmup=1,
+                                                    min_total_s=min_total_s, clock=clock)
             peak = peak_extra_memory(call, repeats=1)
             flops = batch * heads * attention_core_flops(n, d)
-            records.append({"impl": name, "n": n, "seconds": seconds, "peak_bytes": peak,
+            records.append({"impl": name, "n": n, "seconds": seconds, "user_seconds": user,
+                            "system_seconds": system, "peak_bytes": peak,
                             "flops": flops, "gflops_per_s": flops / seconds / 1e9})
             if bar is not None:
                 bar.step(f"{name} n={n}")
@@ -413,3 +460,31 @@ def measured_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"impl": r["impl"], "n": r["n"], "CPU time": f"≃{r['seconds'] * 1e3:.3g} ms",
              "peak extra memory": f"≃{r['peak_bytes'] / 2**20:.3g} MiB",
              "GFLOP/s": f"≃{r['gflops_per_s']:.3g}"} for r in records]
+
+
+def fits_in(nbytes: int, caches: dict[str, int]) -> str:
+    """The smallest cache level (``L2``, ``L3``) that holds ``nbytes``, else ``DRAM``."""
+    for level in ("L2", "L3"):
+        if level in caches and nbytes <= caches[level]:
+            return level
+    return "DRAM"
+
+
+def cliff_rows(records: list[dict[str, Any]], caches: dict[str, int], naive: str = "reference",
+               fused: str = "sdpa") -> list[dict[str, Any]]:
+    """Per n: the naive path's measured working set (its peak extra memory), the cache level it
+    fits in, the achieved GFLOP/s of the naive path on its CPU time and on its user time only,
+    the share of its CPU time spent in the OS kernel, and the fused implementation's GFLOP/s."""
+    by = {(r["impl"], r["n"]): r for r in records}
+    ns = sorted({r["n"] for r in records})
+    rows = []
+    for n in ns:
+        r = by[(naive, n)]
+        working = r["peak_bytes"] or 0
+        user, system = r.get("user_seconds", math.nan), r.get("system_seconds", math.nan)
+        rows.append({"n": n, "working set": working, "fits in": fits_in(working, caches),
+                     "naive": r["gflops_per_s"],
+                     "naive user-only": r["flops"] / user / 1e9 if user > 0 else math.nan,
+                     "kernel share": system / (user + system) if user + system > 0 else math.nan,
+                     "fused": by[(fused, n)]["gflops_per_s"]})
+    return rows

@@ -158,3 +158,34 @@ def test_memory_and_measured_rows():
     row = cx.measured_rows([rec])[0]
     assert row["CPU time"] == "≃12.3 ms" and row["peak extra memory"] == "≃3 MiB"
     assert row["GFLOP/s"] == "≃4.56"
+
+
+def test_fits_in_and_cliff_rows():
+    caches = {"L2": 2**20, "L3": 32 * 2**20}
+    assert cx.fits_in(2**19, caches) == "L2" and cx.fits_in(2**24, caches) == "L3"
+    assert cx.fits_in(2**26, caches) == "DRAM" and cx.fits_in(1, {}) == "DRAM"
+    recs = [{"impl": i, "n": n, "gflops_per_s": float(n) + (i == "sdpa"), "flops": 4e9,
+             "user_seconds": 1.0, "system_seconds": 3.0,
+             "peak_bytes": 3 * 8 * n * n * 4} for n in (64, 1024) for i in ("reference", "sdpa")]
+    rows = cx.cliff_rows(recs, caches)
+    assert [r["fits in"] for r in rows] == ["L2", "DRAM"]
+    assert rows[1]["naive"] == 1024.0 and rows[1]["fused"] == 1025.0
+    assert rows[0]["working set"] == 3 * 8 * 64 * 64 * 4
+    assert rows[0]["kernel share"] == 0.75 and rows[0]["naive user-only"] == 4.0
+
+
+def test_time_call_split_cpu_clock_sees_system_time():
+    import mmap
+
+    def touch_fresh_pages():                      # the OS must zero-fill 32 MiB of pages
+        m = mmap.mmap(-1, 32 * 2**20)
+        for i in range(0, len(m), 4096):
+            m[i] = 1
+        m.close()
+
+    best, user, system = cx.time_call_split(touch_fresh_pages, repeats=3, clock="cpu")
+    assert best == pytest.approx(user + system) and system > 0
+    wall = cx.time_call_split(lambda: None, repeats=1, clock="wall")
+    assert math.isnan(wall[1]) and math.isnan(wall[2])
+    with pytest.raises(ValueError):
+        cx.time_call_split(lambda: None, clock="gpu")
