@@ -3,10 +3,10 @@
 Commands (argparse subparsers; add new ones with :func:`add_command`)::
 
     python -m course_lib list                              # all exercises
-    python -m course_lib check ID FILE.py [--function NAME] [--timeout S]
+    python -m course_lib check ID FILE.py [--function NAME] [--timeout S] [--seed N] [--json]
     python -m course_lib hint ID [--level N]
     python -m course_lib solution ID
-    python -m course_lib progress                          # your recorded outcomes
+    python -m course_lib progress [--reset]                # your recorded outcomes
 
 Exit status of ``check``: 0 passed, 1 not passed (or not attempted), 2 usage or load error.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 import traceback
@@ -90,8 +91,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise _UsageError(
             f"{args.file} defines no function named {name!r}"
             + (f" (it defines: {', '.join(defined)}); use --function NAME" if defined else ""))
-    result = ex.check(args.id, fn, timeout=args.timeout)
-    print(str(result))
+    result = ex.check(args.id, fn, timeout=args.timeout, seed=args.seed)
+    if args.json:
+        fields = ("exercise", "passed", "status", "mistake", "message", "details", "failed_case",
+                  "cases_run", "cases_total", "printed")
+        print(json.dumps({f: getattr(result, f) for f in fields}, ensure_ascii=False, indent=2))
+    else:
+        print(str(result))
     return EXIT_PASS if result.passed else EXIT_FAIL
 
 
@@ -110,6 +116,13 @@ def cmd_solution(args: argparse.Namespace) -> int:
 def cmd_progress(args: argparse.Namespace) -> int:
     ex = _exercises()
     path = ex.progress_path()
+    if args.reset:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            raise _UsageError(f"could not remove {path}: {e}") from None
+        print(f"Progress reset ({path} removed).")
+        return EXIT_PASS
     data = ex.load_progress(path)["exercises"]
     rows = ex.list_exercises()
     width = max(len(r["id"]) for r in rows)
@@ -148,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the function's name in FILE (default: the exercise's function name)")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds allowed per call of your function (default 10)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="fix the random test inputs (default: fresh ones every run)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_check)
 
     p = sub.add_parser("hint", help="show a hint")
@@ -160,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_solution)
 
     p = sub.add_parser("progress", help="show your recorded progress")
+    p.add_argument("--reset", action="store_true", help="forget all recorded progress")
     p.set_defaults(handler=cmd_progress)
 
     for name, (help_text, configure, handler) in _EXTRA_COMMANDS.items():

@@ -126,3 +126,15 @@ def test_extra_subcommands_can_be_added(capsys):
         assert main(["hint", "softmax"]) == 0              # the others keep working
     finally:
         _EXTRA_COMMANDS.pop("hello", None)
+
+
+@pytest.mark.usefixtures("progress_env")
+def test_check_json_and_progress_reset(solution_file, tmp_path, capsys):
+    assert main(["check", "softmax", str(solution_file), "--function", "naive", "--json",
+                 "--seed", "3"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["passed"] is False and data["mistake"] == "not_stable"
+    assert data["failed_case"] == "large magnitudes" and data["cases_total"] == 8
+    assert (tmp_path / "progress.json").exists()
+    assert main(["progress", "--reset"]) == 0
+    assert not (tmp_path / "progress.json").exists()
