@@ -110,9 +110,14 @@ def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
     return codes
 
 
-_OUR_DIR = str(Path(__file__).resolve().parent)
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_STDLIB_DIR = str(Path(threading.__file__).resolve().parent)
+def _dirs(module_file: str) -> tuple[str, ...]:
+    """A module's folder, as written and with symlinks resolved."""
+    return tuple({str(Path(module_file).parent), str(Path(module_file).resolve().parent)})
+
+
+_OUR_DIR = _dirs(__file__)
+_TORCH_DIR = _dirs(torch.__file__)
+_NOT_LEARNER = (*_OUR_DIR, *_TORCH_DIR, *_dirs(threading.__file__))
 
 
 def learner_traceback(exc: BaseException) -> str:
@@ -120,9 +125,11 @@ def learner_traceback(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     keep = []
     for fr in frames:
-        fname = str(Path(fr.filename).resolve()) if fr.filename else ""
-        if fname.startswith((_OUR_DIR, _TORCH_DIR, _STDLIB_DIR)):
-            continue
+        fname = fr.filename or ""
+        resolved = str(Path(fname).resolve()) if fname else ""
+        if fname.startswith(_NOT_LEARNER) or resolved.startswith(_NOT_LEARNER) \
+                or "site-packages" in fname or "dist-packages" in fname:
+            continue  # the checker's, torch's, the standard library's or a library's frames
         line = (fr.line or "").strip()
         keep.append(f"  line {fr.lineno}, in {fr.name}" + (f": {line}" if line else ""))
     head = "Traceback (your code only):\n" if keep else ""
