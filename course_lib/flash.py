@@ -91,7 +91,7 @@ def scaled_dot_product_attention(
         attn_mask = attn_mask.to(work)
     N = q.shape[0]
 
-    blocks = []
+    out = q.new_empty((N, L, Ev))
     for i0 in range(0, L, bq):
         i1 = min(i0 + bq, L)
         m = q.new_full((N, i1 - i0, 1), float("-inf"))    # m: running row max of the scores
@@ -127,6 +127,5 @@ def scaled_dot_product_attention(
             m = m_new
         if fold_ell:
             O, ell = O[..., :-1], O[..., -1:]
-        blocks.append(O / ell.masked_fill(ell == 0, 1.0))  # fully masked row: 0 / 1 = 0
-    out = torch.cat(blocks, dim=1) if blocks else q.new_zeros((N, 0, Ev))
+        out[:, i0:i1] = O / ell.masked_fill(ell == 0, 1.0)  # fully masked row: 0 / 1 = 0
     return out.reshape(*batch, L, Ev).to(dtype)
