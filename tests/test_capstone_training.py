@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_negation_model_attends_to_the_deciding_words(seed: int) -> None:
     model, hist = train.train_negation(seed)
-    assert len(hist.loss) == train.NegationConfig().steps
+    assert len(hist.loss) < train.NegationConfig().steps  # stopped early: solved
     m = evaluate.negation_metrics(model)
     assert m["accuracy"] >= T["negation_accuracy"], m
     assert m["deciding_mass"] >= T["deciding_mass"], m

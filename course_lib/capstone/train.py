@@ -39,14 +39,22 @@ class History:
 
 
 def fit(model: torch.nn.Module, step_fn: Callable[[int], tuple[torch.Tensor, float]],
-        steps: int, lr: float, weight_decay: float = 0.0) -> History:
-    """AdamW with linear warm-up (5 %) and cosine decay; ``step_fn(step) -> (loss, accuracy)``."""
+        steps: int, lr: float, weight_decay: float = 0.0, cosine: bool = True,
+        solved_after: int | None = None) -> History:
+    """AdamW with linear warm-up (5 % of ``steps``), then cosine decay (or a constant rate).
+
+    ``step_fn(step) -> (loss, accuracy)`` on a fresh batch. With ``solved_after = k`` training
+    stops early once the last ``k`` batches were all classified perfectly (``steps`` is then a
+    maximum): a run that is stuck keeps training instead of stopping on a fixed count.
+    """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warm = max(1, steps // 20)
 
     def schedule(s: int) -> float:
         if s < warm:
             return (s + 1) / warm
+        if not cosine:
+            return 1.0
         return 0.5 * (1 + torch.cos(torch.tensor((s - warm) / (steps - warm) * torch.pi)).item())
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
@@ -61,6 +69,9 @@ def fit(model: torch.nn.Module, step_fn: Callable[[int], tuple[torch.Tensor, flo
         sched.step()
         hist.loss.append(loss.item())
         hist.accuracy.append(acc)
+        if solved_after and len(hist.accuracy) >= solved_after \
+                and min(hist.accuracy[-solved_after:]) == 1.0:
+            break
     model.eval()
     hist.seconds = time.perf_counter() - t0
     return hist
@@ -72,11 +83,12 @@ def fit(model: torch.nn.Module, step_fn: Callable[[int], tuple[torch.Tensor, flo
 @dataclass(frozen=True)
 class NegationConfig:
     d_model: int = 32
-    n_heads: int = 2
+    n_heads: int = 4
     n_layers: int = 1
-    steps: int = 300
+    steps: int = 1000        # at most; stops once solved
+    solved_after: int = 25   # ... i.e. after 25 perfect batches in a row
     batch_size: int = 64
-    lr: float = 5e-3
+    lr: float = 3e-3
 
 
 def train_negation(seed: int = 0, cfg: NegationConfig = NegationConfig()
@@ -94,7 +106,7 @@ def train_negation(seed: int = 0, cfg: NegationConfig = NegationConfig()
             acc = (logits.argmax(-1) == batch.labels).float().mean().item()
             return F.cross_entropy(logits, batch.labels), acc
 
-        hist = fit(model, step, cfg.steps, cfg.lr)
+        hist = fit(model, step, cfg.steps, cfg.lr, cosine=False, solved_after=cfg.solved_after)
     return model, hist
 
 
