@@ -67,7 +67,8 @@ def scaled_dot_product_attention(
     """softmax(QKᵀ·s + M) V computed tile by tile; returns ``(..., L, Ev)``, never an ``(L, S)``.
 
     ``block_size``: rows per tile, an int for both or ``(B_q, B_k)`` for query/key blocks
-    (default :data:`DEFAULT_BLOCK_SIZE`). Gradients flow through ordinary torch ops.
+    (default :data:`DEFAULT_BLOCK_SIZE`). Gradients flow through ordinary torch ops; autograd
+    then keeps every tile ``P_ij`` for the backward pass (FlashAttention recomputes them instead).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     bq, bk = _block_sizes(block_size)
@@ -114,7 +115,8 @@ def scaled_dot_product_attention(
                 else:
                     grid.add_(tile)
             # m only stabilizes exp (the result does not depend on it): no gradient through it
-            m_new = torch.maximum(m, S_ij.detach().amax(dim=-1, keepdim=True))
+            row_max = S_ij.detach().flatten(0, 1).amax(dim=1).view_as(m)  # 2-d amax: faster
+            m_new = torch.maximum(m, row_max)
             m_sub = m_new                                  # a row masked so far has m = -inf:
             if attn_mask is not None:                      # subtract 0 instead (its P is 0)
                 m_sub = m_new.masked_fill(m_new == float("-inf"), 0.0)
