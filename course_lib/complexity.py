@@ -488,3 +488,30 @@ def cliff_rows(records: list[dict[str, Any]], caches: dict[str, int], naive: str
                      "kernel share": system / (user + system) if user + system > 0 else math.nan,
                      "fused": by[(fused, n)]["gflops_per_s"]})
     return rows
+
+
+def cliff_summary(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Compare :func:`cliff_rows` inside and beyond the caches; None if the sweep did not
+    straddle them. ``fast``/``slow``: best naive GFLOP/s with the working set in cache / worst
+    beyond; ``os_in``/``os_out``: share of CPU time in the OS kernel (least in cache / at the
+    largest n); ``user_fast``/``user_slow``: the same rates on user time only."""
+    inside = [r for r in rows if r["fits in"] in ("L2", "L3")]
+    beyond = [r for r in rows if r["fits in"] == "DRAM"]
+    if not inside or not beyond:
+        return None
+    return {"fast": max(r["naive"] for r in inside), "slow": min(r["naive"] for r in beyond),
+            "os_in": min(r["kernel share"] for r in inside),
+            "os_out": beyond[-1]["kernel share"], "n_out": beyond[-1]["n"],
+            "user_fast": max(r["naive user-only"] for r in inside),
+            "user_slow": min(r["naive user-only"] for r in beyond)}
+
+
+def matmul_fractions(bench: dict[str, Any], impls: Sequence[str] = ("reference", "torch"),
+                     ) -> dict[int, dict[str, float]]:
+    """From :func:`committed_benchmark`: ``{n: {impl: achieved rate / matmul rate}}`` for the
+    non-causal sizes where every one of ``impls`` was timed."""
+    frac: dict[int, dict[str, float]] = {}
+    for r in bench["data"]["results"]:
+        if not r["causal"] and "frac_matmul" in r and r["impl"] in impls:
+            frac.setdefault(r["n"], {})[r["impl"]] = r["frac_matmul"]
+    return {n: f for n, f in sorted(frac.items()) if len(f) == len(impls)}

@@ -189,3 +189,19 @@ def test_time_call_split_cpu_clock_sees_system_time():
     assert math.isnan(wall[1]) and math.isnan(wall[2])
     with pytest.raises(ValueError):
         cx.time_call_split(lambda: None, clock="gpu")
+
+
+def test_cliff_summary_and_matmul_fractions():
+    rows = [{"n": 256, "fits in": "L3", "naive": 30.0, "naive user-only": 30.0,
+             "kernel share": 0.0},
+            {"n": 1024, "fits in": "DRAM", "naive": 15.0, "naive user-only": 40.0,
+             "kernel share": 0.6}]
+    s = cx.cliff_summary(rows)
+    assert s["fast"] / s["slow"] == 2.0 and s["os_out"] == 0.6 and s["n_out"] == 1024
+    assert cx.cliff_summary(rows[:1]) is None
+    bench = {"data": {"results": [
+        {"impl": "reference", "n": 8, "causal": False, "frac_matmul": 0.1},
+        {"impl": "torch", "n": 8, "causal": False, "frac_matmul": 0.7},
+        {"impl": "torch", "n": 16, "causal": False, "frac_matmul": 0.8},
+        {"impl": "reference", "n": 8, "causal": True, "frac_matmul": 0.2}]}}
+    assert cx.matmul_fractions(bench) == {8: {"reference": 0.1, "torch": 0.7}}
