@@ -127,6 +127,7 @@ def scaled_dot_product_attention(
                 P_ij = F.dropout(P_ij, p=dropout_p)        # ℓ keeps the undropped sum
             O = O.mul_(alpha).baddbmm_(P_ij, v[:, j0:j1])  # O <- e^{m - m_new} O + P V
             m = m_new
+            del S_ij, P_ij                                 # free this tile before the next
         if fold_ell:
             O, ell = O[..., :-1], O[..., -1:]
         out[:, i0:i1] = O / ell.masked_fill(ell == 0, 1.0)  # fully masked row: 0 / 1 = 0
