@@ -48,6 +48,8 @@ def _run_pinned(backend: str, query, key, value, **kw) -> torch.Tensor:
             with sdpa_kernel(BACKENDS[backend]):
                 return F.scaled_dot_product_attention(query, key, value, **kw)
         except RuntimeError as err:
+            if "No available kernel" not in str(err) and "No viable backend" not in str(err):
+                raise                                      # a real failure, not a refusal
             reasons = " ".join(str(w.message).split(" (Triggered internally")[0] for w in caught)
             if not reasons and query.device.type == "cpu" and backend in ("efficient", "cudnn"):
                 reasons = "torch has no CPU kernel for this backend (CUDA only)"
