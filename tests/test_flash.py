@@ -121,3 +121,19 @@ def test_row_dead_in_early_tiles_then_very_negative_scores():
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert ref.abs().sum() > 0
     assert torch.allclose(out, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_dropout_path_keeps_gradients_and_matches_the_same_mask():
+    """With V = I the output is the dropped weight matrix, so its gradient is checkable."""
+    torch.manual_seed(1)
+    q = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(10, 4, dtype=torch.float64)
+    eye = torch.eye(10, dtype=torch.float64)
+    dropped = flash.scaled_dot_product_attention(q, k, eye, dropout_p=0.5, block_size=(4, 3))
+    kept = dropped.detach() != 0
+    weights = reference.attention_weights(q, k)
+    assert torch.allclose(dropped, torch.where(kept, 2 * weights, 0.0))
+    grad_out = torch.randn(6, 10, dtype=torch.float64)
+    (g,) = torch.autograd.grad(dropped, q, grad_out)
+    (g_ref,) = torch.autograd.grad(torch.where(kept, 2 * weights, 0.0), q, grad_out)
+    assert torch.allclose(g, g_ref, atol=1e-12)
