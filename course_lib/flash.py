@@ -31,12 +31,14 @@ from ._validate import check_sdpa_args, compute_dtype, expand_gqa
 #: long key blocks make the rescale of O (once per key block) rare. A float32 tile of scores is
 #: ``B·H·B_q·B_k·4`` bytes, 16 MiB for 8 heads.
 DEFAULT_BLOCK_SIZE = (1024, 512)
+#: with ``is_causal`` smaller query blocks waste less of the tiles that straddle the diagonal
+DEFAULT_CAUSAL_BLOCK_SIZE = (512, 512)
 
 
-def _block_sizes(block_size: int | tuple[int, int] | None) -> tuple[int, int]:
+def _block_sizes(block_size: int | tuple[int, int] | None, is_causal: bool) -> tuple[int, int]:
     """``None`` → default; ``b`` → ``(b, b)``; ``(b_q, b_k)`` as given. Must be positive ints."""
     if block_size is None:
-        return DEFAULT_BLOCK_SIZE
+        return DEFAULT_CAUSAL_BLOCK_SIZE if is_causal else DEFAULT_BLOCK_SIZE
     sizes = (block_size, block_size) if not isinstance(block_size, (tuple, list)) \
         else tuple(block_size)
     if len(sizes) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0
@@ -67,11 +69,12 @@ def scaled_dot_product_attention(
     """softmax(QKᵀ·s + M) V computed tile by tile; returns ``(..., L, Ev)``, never an ``(L, S)``.
 
     ``block_size``: rows per tile, an int for both or ``(B_q, B_k)`` for query/key blocks
-    (default :data:`DEFAULT_BLOCK_SIZE`). Gradients flow through ordinary torch ops; autograd
-    then keeps every tile ``P_ij`` for the backward pass (FlashAttention recomputes them instead).
+    (default :data:`DEFAULT_BLOCK_SIZE`, or :data:`DEFAULT_CAUSAL_BLOCK_SIZE` when causal).
+    Gradients flow through ordinary torch ops; autograd then keeps every tile ``P_ij`` for the
+    backward pass (FlashAttention recomputes them instead).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    bq, bk = _block_sizes(block_size)
+    bq, bk = _block_sizes(block_size, is_causal)
     if enable_gqa:
         key, value = expand_gqa(query, key, value)
     dtype, work = query.dtype, compute_dtype(query.dtype)
