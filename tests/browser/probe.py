@@ -33,7 +33,8 @@ _VISIBLE_TEXT_JS = """
 }
 """
 
-RAW_TEX = [r"$$", r"\(", r"\)", r"\[", r"\]", r"\begin{", r"\frac{", r"\mathrm{"]
+RAW_TEX = [r"$$", r"\(", r"\)", r"\[", r"\]", r"\begin{", r"\frac{", r"\mathrm{", r"\sqrt{",
+           r"\sum_", r"\mathbb{", r"\top"]
 RAW_WIDGET = [
     re.compile(r"application/vnd\.jupyter\.widget"),
     re.compile(r"\"model_id\"\s*:"),
