@@ -7,24 +7,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_lib import flash, reference
-
-
-class ShapeRecorder(TorchDispatchMode):
-    """Record the shape of every tensor any aten op returns while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.shapes: list[tuple[str, tuple[int, ...]]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.shapes.append((str(func), tuple(t.shape)))
-        return out
+from course_lib.flash_tools import ShapeRecorder
 
 
 def _big_tensors(shapes, L, S):
