@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   build the HTML book into _build/html
-#   make test   lint, unit tests, nbval over every notebook, the book, and the browser test
+#   make test   lint, unit tests, nbval over every notebook (twice: native, then with perturbed CPU
+#               kernels and threads), the book, and the browser test
 SHELL := /bin/bash
 PYTHON ?= python3
 NPM ?= npm
@@ -10,17 +11,23 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.package-lock.json
 BOOK_STAMP := _build/.book-built
 export PYTHONHASHSEED := 0
+# Builds and tests record exercise checks in a throw-away progress record, never the learner's own.
+SANDBOX_PROGRESS := $(CURDIR)/_build/.progress-sandbox/progress
+# The second nbval run: stored outputs must not depend on the SIMD level or the thread count.
+NBVAL_PERTURBED := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
 # Everything the HTML depends on: a book older than any of these is rebuilt, a fresh one reused.
 BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py \
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
-.PHONY: help install assets lint unit nbval book book-force browser test bench clean
+.PHONY: help install assets lint unit nbval nbval-native nbval-perturbed notebooks book book-force \
+  browser test bench clean
 
 help:
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
-	@echo "make test   - lint, unit tests, nbval over book/*.ipynb, build the book, browser test"
+	@echo "make test   - lint, unit tests, nbval over book/*.ipynb (native + perturbed), book, browser"
+	@echo "make notebooks - re-execute every notebook in place (after changing a chapter or course_lib)"
 	@echo "make bench  - run the CPU benchmark and write bench/results/"
 
 # torch==2.13.0 resolves to the CPU wheel on the course machines; constraints.txt pins the whole
@@ -46,18 +53,33 @@ lint: install
 	$(BIN)/ruff check course_lib tests bench tools
 
 unit: install
-	$(BIN)/pytest tests -n 2 -q --ignore=tests/browser
+	COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 -q --ignore=tests/browser
 
-nbval: install
-	cd book && ../$(BIN)/pytest --nbval --nbval-current-env \
-	  --nbval-sanitize-with ../tests/nbval_sanitize.cfg \
+# Stored outputs are compared twice: as this machine runs them, and with torch's portable kernels on
+# one thread (another SIMD path and reduction order). Both must pass; see README "Notebook outputs".
+NBVAL = env -u MPLBACKEND -u COURSE_LIB_BOOK COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS)
+NBVAL_ARGS = --nbval --nbval-current-env --nbval-sanitize-with ../tests/nbval_sanitize.cfg \
+	  --nbval-kernel-startup-timeout 180 \
 	  -n 2 --dist loadscope -p no:cacheprovider -q .
+
+nbval: nbval-native nbval-perturbed
+
+nbval-native: install
+	cd book && $(NBVAL) ../$(BIN)/pytest $(NBVAL_ARGS)
+
+nbval-perturbed: install
+	cd book && $(NBVAL) $(NBVAL_PERTURBED) ../$(BIN)/pytest $(NBVAL_ARGS)
+
+# The one way stored outputs are produced: fresh kernel per notebook, nbval's environment.
+notebooks: install
+	$(BIN)/python tools/execute_notebooks.py
 
 # Strict: any Sphinx warning (broken reference, citation, cell error, remote asset) fails.
 $(BOOK_STAMP): $(STAMP) $(NODE_STAMP) $(BOOK_SOURCES)
 	rm -f $(BOOK_STAMP)
 	$(BIN)/python tools/book_assets.py
-	COURSE_LIB_BOOK=1 $(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	COURSE_LIB_BOOK=1 COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) \
+	  $(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	touch $(BOOK_STAMP)
 
 book:
@@ -72,7 +94,11 @@ book-force:
 browser: book
 	$(BIN)/pytest tests/browser -q -rs -p no:cacheprovider
 
-test: lint unit nbval browser
+# The guard fails the run if anything wrote to the learner's progress record (~/.course_lib).
+test: install
+	$(BIN)/python tools/progress_guard.py snapshot _build/.progress-guard.json
+	$(MAKE) --no-print-directory lint unit nbval browser
+	$(BIN)/python tools/progress_guard.py verify _build/.progress-guard.json
 
 bench: install
 	$(BIN)/python -m course_lib.bench --out bench/results
