@@ -1,4 +1,5 @@
-# Two commands do all set-up on a fresh machine:
+# Three commands do all set-up on a fresh machine:
+#   make lab    JupyterLab on your own copies of the chapters (workbook/, no solutions)
 #   make book   build the HTML book into _build/html
 #   make test   lint, unit tests, nbval over every notebook, the book, and the browser test
 SHELL := /bin/bash
@@ -16,9 +17,10 @@ BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
-.PHONY: help install assets lint unit nbval book book-force browser test bench clean
+.PHONY: help install assets lint unit nbval book book-force browser test bench clean lab
 
 help:
+	@echo "make lab    - JupyterLab on workbook/, your copies of the chapters (no solutions)"
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
 	@echo "make test   - lint, unit tests, nbval over book/*.ipynb, build the book, browser test"
 	@echo "make bench  - run the CPU benchmark and write bench/results/"
@@ -73,6 +75,14 @@ browser: book
 	$(BIN)/pytest tests/browser -q -rs -p no:cacheprovider
 
 test: lint unit nbval browser
+
+# The learner's workspace. The workbook never overwrites a notebook you edited (FORCE=--force
+# does); LAB_ARGS passes options to JupyterLab (e.g. LAB_ARGS=--no-browser).
+WORKBOOK ?= workbook
+LAB_ARGS ?=
+lab: install
+	$(BIN)/python -m course_lib workbook $(WORKBOOK) $(FORCE)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORKBOOK) $(LAB_ARGS)
 
 bench: install
 	$(BIN)/python -m course_lib.bench --out bench/results

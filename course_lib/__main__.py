@@ -120,11 +120,12 @@ def cmd_progress(args: argparse.Namespace) -> int:
     path = _exercises().progress_path()
     if args.reset:
         if not args.yes:
-            if not sys.stdin.isatty():
-                raise _UsageError("--reset forgets every recorded attempt: add --yes to confirm")
-            answer = input(f"Forget every attempt recorded in {path}? [y/N] ")
+            try:
+                answer = input(f"Forget every attempt recorded in {path}? [y/N] ")
+            except EOFError:
+                answer = ""
             if answer.strip().lower() not in ("y", "yes"):
-                print("Nothing changed.")
+                print("\nNothing changed (answer y, or add --yes).")
                 return EXIT_FAIL
         try:
             removed = _progress.reset(path)

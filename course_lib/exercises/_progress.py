@@ -327,8 +327,10 @@ def reset(path: Path | None = None) -> int:
 
 
 def _read_connection(path: Path) -> sqlite3.Connection | None:
-    """A connection for reading, or None if there is no record yet (nothing is created)."""
-    if not path.exists() or path.stat().st_size == 0:
+    """A connection for reading, or None if there is no record yet (nothing is created, unless
+    an old progress.json is there to import)."""
+    if (not path.exists() or path.stat().st_size == 0) \
+            and not path.with_name(LEGACY_NAME).is_file():
         return None
     return connect(path)
 
