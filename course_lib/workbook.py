@@ -162,7 +162,8 @@ def learner_copy(nb: dict[str, Any], name: str = "") -> dict[str, Any]:
             text = _source(cell)
             for level, title in _HEADING.findall(text):
                 if len(level) <= 2:
-                    in_exercises = title.strip().lower().startswith("exercises")
+                    title = re.sub(r"^[\d.]+\s+", "", title.strip()).lower()
+                    in_exercises = title.startswith("exercise")   # "Exercises", "1.8 Exercise: x"
             new = _plain_roles(_dropdowns_to_details(text))
             if new != text:
                 _set_source(cell, new)
