@@ -82,7 +82,8 @@ WORKBOOK ?= workbook
 LAB_ARGS ?=
 lab: install
 	$(BIN)/python -m course_lib workbook $(WORKBOOK) $(FORCE)
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORKBOOK) $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORKBOOK) \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 bench: install
 	$(BIN)/python -m course_lib.bench --out bench/results
