@@ -22,7 +22,8 @@ A starter cell ``def softmax(x, dim=-1):`` with body ``...``; a check cell endin
     ○ softmax: Not attempted yet.
     Replace the `...` in `softmax` with your code, then run the check again. Stuck? ...
 
-and a hidden solution cell ending with ``exercises.check("softmax", softmax_solution)``, whose
+and a hidden solution cell (tagged ``solution``: the learner's workbook leaves it out) ending with
+``exercises.check("softmax", softmax_solution, record=False)`` (not the learner's attempt), whose
 repr starts with ``✓ softmax: Correct!`` followed by ``All N cases passed: <case names>.``
 Both are deterministic (fresh random inputs, but no values in the text), and so are the reprs of
 a recognised mistake (``✗ softmax: Not yet.`` then the mistake's message). Only unrecognised
