@@ -1,4 +1,5 @@
-# Two commands do all set-up on a fresh machine:
+# Three commands do all set-up on a fresh machine:
+#   make lab    JupyterLab on your own copies of the chapters (workbook/, no solutions)
 #   make book   build the HTML book into _build/html
 #   make test   lint, unit tests, nbval over every notebook (twice: native, then with perturbed CPU
 #               kernels and threads), the book, and the browser test
@@ -18,13 +19,15 @@ NBVAL_PERTURBED := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
 # Everything the HTML depends on: a book older than any of these is rebuilt, a fresh one reused.
 BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py \
+  tools/book_workbook.py \
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
 .PHONY: help install assets lint unit nbval nbval-native nbval-perturbed notebooks book book-force \
-  browser test bench clean
+  browser test bench clean lab
 
 help:
+	@echo "make lab    - JupyterLab on workbook/, your copies of the chapters (no solutions)"
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
 	@echo "make test   - lint, unit tests, nbval over book/*.ipynb (native + perturbed), book, browser"
 	@echo "make notebooks - re-execute every notebook in place (after changing a chapter or course_lib)"
@@ -99,6 +102,15 @@ test: install
 	$(BIN)/python tools/progress_guard.py snapshot _build/.progress-guard.json
 	$(MAKE) --no-print-directory lint unit nbval browser
 	$(BIN)/python tools/progress_guard.py verify _build/.progress-guard.json
+
+# The learner's workspace. The workbook never overwrites a notebook you edited (FORCE=--force
+# does); LAB_ARGS passes options to JupyterLab (e.g. LAB_ARGS=--no-browser).
+WORKBOOK ?= workbook
+LAB_ARGS ?=
+lab: install
+	$(BIN)/python -m course_lib workbook $(WORKBOOK) $(FORCE)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORKBOOK) \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 bench: install
 	$(BIN)/python -m course_lib.bench --out bench/results

@@ -6,7 +6,8 @@ Commands (argparse subparsers; add new ones with :func:`add_command`)::
     python -m course_lib check ID FILE.py [--function NAME] [--timeout S] [--seed N] [--json]
     python -m course_lib hint ID [--level N]
     python -m course_lib solution ID
-    python -m course_lib progress [--reset]                # your recorded outcomes
+    python -m course_lib progress [--json | --export FILE.csv | --reset [--yes]]
+    python -m course_lib workbook DIR [--source BOOK_DIR] [--force]   # learner notebooks
 
 Exit status of ``check``: 0 passed, 1 not passed (or not attempted), 2 usage or load error.
 """
@@ -114,32 +115,46 @@ def cmd_solution(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    ex = _exercises()
-    path = ex.progress_path()
+    from course_lib.exercises import _progress, _progress_view
+
+    path = _exercises().progress_path()
     if args.reset:
+        if not args.yes:
+            try:
+                answer = input(f"Forget every attempt recorded in {path}? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("\nNothing changed (answer y, or add --yes).")
+                return EXIT_FAIL
         try:
-            path.unlink(missing_ok=True)
-        except OSError as e:
-            raise _UsageError(f"could not remove {path}: {e}") from None
-        print(f"Progress reset ({path} removed).")
+            removed = _progress.reset(path)
+        except Exception as e:
+            raise _UsageError(f"could not reset {path}: {e}") from None
+        print(f"Progress reset: {removed} attempts forgotten ({path}).")
         return EXIT_PASS
-    data = ex.load_progress(path)["exercises"]
-    rows = ex.list_exercises()
-    width = max(len(r["id"]) for r in rows)
-    done = 0
-    for r in rows:
-        entry = data.get(r["id"])
-        if entry is None:
-            state = "not attempted"
-        elif entry.get("passed"):
-            state = f"passed ({entry.get('attempts', 0)} checks)"
-            done += 1
+    try:
+        if args.export:
+            Path(args.export).write_text(_progress.export_csv(path), encoding="utf-8")
+            print(f"{len(_progress.attempts(path))} attempts written to {args.export}")
+        elif args.json:
+            print(json.dumps(_progress_view.progress_json(path), indent=2, sort_keys=True))
         else:
-            last = entry.get("last_mistake") or entry.get("last_status", "")
-            state = f"not yet ({entry.get('attempts', 0)} checks, last: {last})"
-        mark = "✓" if entry and entry.get("passed") else ("✗" if entry else "·")
-        print(f"{mark} {r['id']:<{width}}  {state}")
-    print(f"\n{done} of {len(rows)} exercises passed. Progress file: {path}")
+            print(_progress_view.progress(path))
+    except OSError as e:
+        raise _UsageError(f"could not read or write the progress record: {e}") from None
+    return EXIT_PASS
+
+
+def cmd_workbook(args: argparse.Namespace) -> int:
+    from course_lib import workbook
+
+    try:
+        report = workbook.write_workbook(args.dir, source=args.source, force=args.force)
+    except workbook.WorkbookError as e:
+        raise _UsageError(str(e)) from None
+    for line in report.lines():
+        print(line)
     return EXIT_PASS
 
 
@@ -175,9 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.set_defaults(handler=cmd_solution)
 
-    p = sub.add_parser("progress", help="show your recorded progress")
+    p = sub.add_parser("progress", help="show your recorded progress, per chapter")
+    p.add_argument("--json", action="store_true", help="per exercise, as JSON")
+    p.add_argument("--export", metavar="FILE.csv", help="write every attempt to a CSV file")
     p.add_argument("--reset", action="store_true", help="forget all recorded progress")
+    p.add_argument("--yes", action="store_true", help="with --reset: do not ask")
     p.set_defaults(handler=cmd_progress)
+
+    p = sub.add_parser("workbook", help="write your own copies of the chapter notebooks",
+                       description="Learner copies of every chapter: no solutions, answers "
+                       "folded. Notebooks you have edited are never overwritten.")
+    p.add_argument("dir", help="folder to write into (created if missing)")
+    p.add_argument("--source", metavar="DIR",
+                   help="the book's notebooks (default: book/ of this checkout, or the copy "
+                   "installed with course_lib)")
+    p.add_argument("--force", action="store_true", help="overwrite notebooks you have edited")
+    p.set_defaults(handler=cmd_workbook)
 
     for name, (help_text, configure, handler) in _EXTRA_COMMANDS.items():
         p = sub.add_parser(name, help=help_text)

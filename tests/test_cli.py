@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from course_lib.__main__ import _EXTRA_COMMANDS, add_command, main
+from course_lib.exercises import load_progress
 
 SOLUTION = textwrap.dedent('''
     import torch
@@ -58,7 +59,7 @@ def test_subprocess_exit_codes(env, solution_file, tmp_path):
     r = run(env, "check", "softmax", broken)
     assert r.returncode == 2 and "SyntaxError" in r.stderr
 
-    data = json.loads((tmp_path / "progress.json").read_text())
+    data = load_progress(tmp_path / "progress.json")
     assert data["exercises"]["softmax"]["attempts"] == 2
     assert data["exercises"]["softmax"]["last_mistake"] == "not_stable"
 
@@ -114,7 +115,7 @@ def test_hint_solution_progress(solution_file, capsys):
     capsys.readouterr()
     assert main(["progress"]) == 0
     out = capsys.readouterr().out
-    assert "✓ softmax" in out and "1 of " in out and "progress.json" in out
+    assert "03_softmax" in out and "1/2" in out and "1 of " in out and "progress.json" in out
 
 
 def test_extra_subcommands_can_be_added(capsys):
@@ -135,6 +136,6 @@ def test_check_json_and_progress_reset(solution_file, tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["passed"] is False and data["mistake"] == "not_stable"
     assert data["failed_case"] == "large magnitudes" and data["cases_total"] == 8
-    assert (tmp_path / "progress.json").exists()
-    assert main(["progress", "--reset"]) == 0
-    assert not (tmp_path / "progress.json").exists()
+    assert load_progress(tmp_path / "progress.json")["exercises"]["softmax"]["attempts"] == 1
+    assert main(["progress", "--reset", "--yes"]) == 0
+    assert load_progress(tmp_path / "progress.json")["exercises"] == {}

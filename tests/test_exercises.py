@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -118,8 +116,7 @@ def test_progress_is_recorded(tmp_path):
     exercises.check("causal_mask", ex.mistakes[0].fn)
     exercises.check("causal_mask", ex.solution)
     exercises.check("causal_mask", ex.mistakes[0].fn)
-    data = json.loads((tmp_path / "progress.json").read_text())
-    entry = data["exercises"]["causal_mask"]
+    entry = exercises.load_progress(tmp_path / "progress.json")["exercises"]["causal_mask"]
     assert entry["attempts"] == 3 and entry["passed"] is True
     assert entry["last_mistake"] == "inverted" and "first_passed_at" in entry
 
@@ -135,7 +132,7 @@ def test_progress_write_failure_does_not_crash(tmp_path, monkeypatch):
 def test_progress_default_is_in_home(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_LIB_PROGRESS")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert exercises.progress_path() == tmp_path / ".course_lib" / "progress.json"
+    assert exercises.progress_path() == tmp_path / ".course_lib" / "progress.sqlite3"
 
 
 def test_docstring_recipe_for_a_new_exercise_works():

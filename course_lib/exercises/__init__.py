@@ -10,8 +10,9 @@ Use::
     exercises.solution("softmax")                    # the reference solution's source code
 
 ``check`` never raises. An untouched starter (body ``...``, ``pass``, ``raise
-NotImplementedError``) gives ``status == "not_attempted"`` ("Not attempted yet."). Every outcome
-is appended to a local progress file (``~/.course_lib/progress.json``, or ``$COURSE_LIB_PROGRESS``).
+NotImplementedError``) gives ``status == "not_attempted"`` ("Not attempted yet."). Every other
+outcome is one row of the learner's progress record (SQLite, ``~/.course_lib/progress.sqlite3``,
+or ``$COURSE_LIB_PROGRESS``); ``exercises.progress()`` shows it per chapter.
 
 In a chapter notebook
 ---------------------
@@ -21,7 +22,8 @@ A starter cell ``def softmax(x, dim=-1):`` with body ``...``; a check cell endin
     ○ softmax: Not attempted yet.
     Replace the `...` in `softmax` with your code, then run the check again. Stuck? ...
 
-and a hidden solution cell ending with ``exercises.check("softmax", softmax_solution)``, whose
+and a hidden solution cell (tagged ``solution``: the learner's workbook leaves it out) ending with
+``exercises.check("softmax", softmax_solution, record=False)`` (not the learner's attempt), whose
 repr starts with ``✓ softmax: Correct!`` followed by ``All N cases passed: <case names>.``
 Both are deterministic (fresh random inputs, but no values in the text), and so are the reprs of
 a recognised mistake (``✗ softmax: Not yet.`` then the mistake's message). Only unrecognised
@@ -65,12 +67,16 @@ from __future__ import annotations
 
 import difflib
 import html
+import os
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ._engine import run_check
-from ._progress import load_progress, progress_path, record
+from ._progress import load_progress, progress_path
+from ._progress import record as _record_attempt
+from ._progress_view import ProgressTable, progress, source_sha256
 from ._registry import registry
 from ._result import HEADLINES, CheckResult
 from ._spec import DEFAULT_TOLERANCES, FORBIDDEN_GROUPS, Case, Exercise, Mistake, OnceIterator
@@ -78,7 +84,7 @@ from ._spec import DEFAULT_TOLERANCES, FORBIDDEN_GROUPS, Case, Exercise, Mistake
 __all__ = [
     "DEFAULT_TOLERANCES", "FORBIDDEN_GROUPS", "HEADLINES", "Case", "CheckResult", "Exercise",
     "ExerciseList", "Hint", "Mistake", "OnceIterator", "Solution", "check", "get_exercise", "hint",
-    "list_exercises", "load_progress", "progress_path", "solution",
+    "ProgressTable", "list_exercises", "load_progress", "progress", "progress_path", "solution",
 ]
 
 
@@ -118,11 +124,16 @@ def get_exercise(exercise_id: str) -> Exercise:
 
 
 def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
-          seed: int | None = None) -> CheckResult:
+          seed: int | None = None, record: bool = True) -> CheckResult:
     """Run ``fn`` on fresh generated cases and compare with the reference. Never raises.
 
     ``timeout``: seconds allowed per call of ``fn``. ``seed``: fix the random cases (tests).
+    ``record``: add the attempt to the progress record (the book's own solution cells pass
+    ``record=False``: only the learner's attempts count). An untouched starter is not recorded.
     """
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    started = time.perf_counter()
     try:
         table = registry()
         if not isinstance(exercise_id, str) or exercise_id not in table:
@@ -141,9 +152,10 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
             exercise=str(exercise_id), passed=False, status="error", mistake="checker_error",
             message=("The checker itself failed (not your fault; please report it): "
                      f"{type(e).__name__}: {e}"))
-    if result.mistake != "unknown_exercise":
-        result.progress_error = record(result.exercise, result.passed, result.status,
-                                       result.mistake)
+    if record and result.mistake != "unknown_exercise" and result.status != "not_attempted":
+        result.progress_error = _record_attempt(
+            result.exercise, result.passed, result.status, result.mistake,
+            duration_s=time.perf_counter() - started, seed=seed, source_sha256=source_sha256(fn))
     return result
 
 

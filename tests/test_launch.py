@@ -1,0 +1,212 @@
+"""Launch buttons that run: the setup cell, a fresh environment, Binder, the book's workbook."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from course_lib import workbook
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+
+
+def _load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"_tool_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+notebook_setup = _load_tool("notebook_setup")
+book_workbook = _load_tool("book_workbook")
+
+
+def _setup_source():
+    return notebook_setup.setup_source(notebook_setup.default_requirement(),
+                                       notebook_setup.book_version())
+
+
+def test_setup_tool_on_copies_changes_only_what_it_says(tmp_path):
+    for path in CHAPTERS:
+        shutil.copy(path, tmp_path / path.name)
+    copies = sorted(tmp_path.glob("*.ipynb"))
+    assert notebook_setup.main([str(p) for p in copies]) == 0
+    assert notebook_setup.main(["--check", *map(str, copies)]) == 0        # idempotent
+    for path in CHAPTERS:
+        before = json.loads(path.read_text(encoding="utf-8"))
+        after = json.loads((tmp_path / path.name).read_text(encoding="utf-8"))
+        setup, *rest = after["cells"]
+        assert setup["metadata"]["tags"] == ["setup", "remove-cell"] and setup["outputs"] == []
+        assert "".join(setup["source"]) == _setup_source()
+        assert len(rest) == len(before["cells"])
+        for old, new in zip(before["cells"], rest, strict=True):
+            if "solution" in old["metadata"].get("tags", []):
+                old_src = "".join(old["source"])
+                assert "record=False)" in "".join(new["source"])
+                assert "".join(new["source"]).replace(", record=False)", ")") == old_src
+                new = {**new, "source": old["source"]}
+            assert new == old                               # outputs and all else unchanged
+        assert {k: v for k, v in after.items() if k != "cells"} == \
+            {k: v for k, v in before.items() if k != "cells"}
+
+
+def test_setup_cell_names_the_books_version_and_repository():
+    src = _setup_source()
+    version = notebook_setup.book_version()
+    assert f'git+https://github.com/self-attention-executed/course@v{version}"' in src
+    from importlib.metadata import version as installed
+
+    assert installed("course_lib") == version
+
+
+def test_setup_cell_is_a_no_op_when_course_lib_is_importable(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
+    exec(compile(_setup_source(), "<setup cell>", "exec"), {})
+    assert calls == [] and capsys.readouterr() == ("", "")
+
+
+def test_solution_checks_do_not_record_after_the_tool(tmp_path, monkeypatch):
+    """The book's solution cells, as the tool rewrites them, leave the record empty."""
+    monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "p.sqlite3"))
+    nb = json.loads((BOOK / "05_masks.ipynb").read_text(encoding="utf-8"))
+    notebook_setup.apply(nb, _setup_source())
+    namespace: dict = {}
+    exec("import math, torch\nfrom course_lib import exercises", namespace)
+    solutions = [c for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])]
+    assert len(solutions) == 3
+    for cell in solutions:
+        exec(compile("".join(cell["source"]), "<solution cell>", "exec"), namespace)
+    from course_lib.exercises import _progress
+
+    assert _progress.attempts() == []
+
+
+# --------------------------------------------------------------------------- fresh environment
+
+PROBE = textwrap.dedent('''
+    import course_lib, json
+    from course_lib.exercises import _progress
+    print(json.dumps({"file": course_lib.__file__, "attempts": _progress.attempts()}))
+''')
+
+RUNNER = textwrap.dedent('''
+    import sys, nbformat, nbclient
+    nb = nbformat.read(sys.argv[1], as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    nbformat.write(nb, sys.argv[2])
+''')
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path):
+    """Like Colab: no course_lib; the setup cell installs it (here from a locally built wheel,
+    offline), then the learner's copy of a chapter runs and records nothing as passed."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "course_lib", src / "course_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", str(src), "-w", str(wheels)], check=True, timeout=300)
+    wheel = next(wheels.glob("course_lib-*.whl"))
+
+    # A fresh environment without course_lib; its dependencies (torch...) come from this one.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    Path(site.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    target = tmp_path / "installed"
+    target.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("COURSE_LIB", "PYTHON", "PIP_", "VIRTUAL_ENV"))}
+    env.update(PYTHONPATH=str(target), PIP_TARGET=str(target), PIP_NO_DEPS="1",
+               PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               COURSE_LIB_REQUIREMENT=str(wheel), HOME=str(tmp_path / "home"),
+               COURSE_LIB_PROGRESS=str(tmp_path / "progress.sqlite3"), MPLBACKEND="agg")
+    missing = subprocess.run([python, "-c", "import course_lib"], env=env, capture_output=True,
+                             text=True, cwd=tmp_path)
+    assert missing.returncode == 1 and "No module named 'course_lib'" in missing.stderr
+
+    nb = json.loads((BOOK / "01_library_analogy.ipynb").read_text(encoding="utf-8"))
+    notebook_setup.apply(nb, _setup_source())               # as the lead applies it to book/
+    learner = workbook.learner_copy(nb, "01_library_analogy.ipynb")
+    assert learner["cells"][0]["metadata"]["tags"][0] == "setup"
+    chapter = tmp_path / "01_library_analogy.ipynb"
+    chapter.write_text(workbook.dumps(learner), encoding="utf-8")
+    runner = tmp_path / "run.py"
+    runner.write_text(RUNNER)
+    run = subprocess.run([python, str(runner), str(chapter), str(tmp_path / "out.ipynb")],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    probe = subprocess.run([python, "-c", PROBE], env=env, capture_output=True, text=True,
+                           check=True, cwd=tmp_path)
+    data = json.loads(probe.stdout)
+    assert data["file"].startswith(str(target))                 # the wheel, not this checkout
+    assert not any(a["passed"] for a in data["attempts"])
+    assert data["attempts"] == []                               # starters are not attempts
+    out = json.loads((tmp_path / "out.ipynb").read_text())
+    check = next(c for c in out["cells"] if "".join(c["source"]).startswith("exercises.check"))
+    assert "Not attempted yet." in json.dumps(check["outputs"])
+
+
+# --------------------------------------------------------------------------- Binder, the book
+
+
+def test_binder_installs_cpu_torch_and_the_package():
+    req = (ROOT / "binder" / "requirements.txt").read_text()
+    pinned = next(ln for ln in (ROOT / "requirements.txt").read_text().splitlines()
+                  if ln.startswith("torch=="))
+    assert f"{pinned.split()[0]}+cpu" in req and "download.pytorch.org/whl/cpu" in req
+    for name in ("numpy", "matplotlib", "ipywidgets", "jupyterlab"):
+        assert f"\n{name}" in req
+    post = ROOT / "binder" / "postBuild"
+    assert os.access(post, os.X_OK)
+    text = post.read_text()
+    assert "pip install --no-deps --no-build-isolation -e ." in text
+    assert "python -m course_lib workbook workbook" in text
+
+
+def test_jupyterhub_is_the_one_setting_and_no_placeholder():
+    config = (ROOT / "_config.yml").read_text()
+    assert "example.org" not in config and 'jupyterhub_url: ""' in config
+    assert "jupyterhub_url" in (ROOT / "README.md").read_text()
+
+
+def test_book_extension_adds_the_workbook_link_and_writes_the_copies(tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_LIB_PROGRESS", raising=False)
+    app = SimpleNamespace(srcdir=str(ROOT), outdir=str(tmp_path / "html"),
+                          env=SimpleNamespace(found_docs={"book/intro", "book/03_softmax",
+                                                          "book/01_library_analogy"}),
+                          builder=SimpleNamespace(format="html"))
+    book_workbook._config_inited(app, None)
+    assert os.environ["COURSE_LIB_PROGRESS"] == str(tmp_path / ".book-progress.sqlite3")
+    group = {"label": "download-buttons", "buttons": [{"label": "a"}, {"label": "b"}]}
+    context = {"header_buttons": [group], "pathto": lambda p, r: f"../{p}"}
+    book_workbook._page_context(app, "book/03_softmax", "page.html", context, None)
+    link = group["buttons"][1]
+    assert link["url"] == "../workbook/03_softmax.ipynb" and link["text"] == "workbook"
+    other = {"header_buttons": [{"label": "download-buttons", "buttons": []}], "pathto": None}
+    book_workbook._page_context(app, "book/intro", "page.html", other, None)
+    assert other["header_buttons"][0]["buttons"] == []
+    book_workbook._build_finished(app, None)
+    written = sorted(p.name for p in (tmp_path / "html" / "workbook").iterdir())
+    assert written == ["01_library_analogy.ipynb", "03_softmax.ipynb"]
+    nb = json.loads((tmp_path / "html" / "workbook" / "03_softmax.ipynb").read_text())
+    assert "_solution" not in json.dumps(nb["cells"])
