@@ -11,8 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib.capstone import probes, train  # noqa: E402
-from course_lib.widgets import capstone as cap_widgets  # noqa: E402
+from course_lib.chapters.ch08_capstone import explorer as cap_widgets  # noqa: E402
+from course_lib.chapters.ch08_capstone import probes, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from course_lib import exercises
-from course_lib.exercises._registry import registry
+from course_lib.toolkit.checking._registry import registry
 
 IDS = ["retrieve", "scaled_scores", "softmax", "self_attention", "split_heads", "merge_heads",
        "multi_head_attention", "causal_mask", "padding_mask", "masked_attention",
@@ -140,12 +140,12 @@ def test_progress_default_is_in_home(monkeypatch, tmp_path):
 
 def test_docstring_recipe_for_a_new_exercise_works():
     """The package docstring's example declaration runs through the generic engine."""
-    from course_lib.exercises import _engine, _spec
+    from course_lib.toolkit.checking import _engine, _spec
 
     doc = exercises.__doc__
     code = doc[doc.index("    import torch\n"):doc.index("Cases may set")]
     code = "\n".join(line[4:] for line in code.splitlines())
-    code = code.replace("from ._spec import", "from course_lib.exercises._spec import")
+    code = code.replace("from ._spec import", "from course_lib.toolkit.checking._spec import")
     namespace: dict = {}
     exec(code, namespace)
     declared = namespace["DOUBLE"]

@@ -14,9 +14,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import flash, flash_tools, reference  # noqa: E402
-from course_lib.plots import flash as flash_plots  # noqa: E402
-from course_lib.widgets import flash as flash_widgets  # noqa: E402
+from course_lib import flash, reference
+from course_lib.chapters.ch07_flash import explorer as flash_widgets  # noqa: E402
+from course_lib.chapters.ch07_flash import helpers as flash_tools  # noqa: E402
+from course_lib.chapters.ch07_flash import plots as flash_plots  # noqa: E402
 
 
 def test_byte_counts_and_intensity():

@@ -12,9 +12,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from course_lib import masks, reference  # noqa: E402
-from course_lib.mask_tools import causal_mask_bottom_right  # noqa: E402
-from course_lib.plots import masks as mask_plots  # noqa: E402
-from course_lib.widgets import masks as mw  # noqa: E402
+from course_lib.chapters.ch05_masks import explorer as mw  # noqa: E402
+from course_lib.chapters.ch05_masks import plots as mask_plots  # noqa: E402
+from course_lib.chapters.ch05_masks.helpers import causal_mask_bottom_right  # noqa: E402
 
 
 def test_batch_tokens_pads_only_the_chosen_sequence():

@@ -8,11 +8,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-
-from course_lib import multihead_tools as mt  # noqa: E402
-from course_lib.plots import multihead as pm  # noqa: E402
 from course_lib.reference import attention_weights  # noqa: E402
-from course_lib.widgets import multihead as wm  # noqa: E402
+
+from course_lib.chapters.ch04_multi_head import explorer as wm  # noqa: E402
+from course_lib.chapters.ch04_multi_head import helpers as mt  # noqa: E402
+from course_lib.chapters.ch04_multi_head import plots as pm  # noqa: E402
 
 
 def _head_weights(layer, x, head):

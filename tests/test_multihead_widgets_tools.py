@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from course_lib.multihead import MultiHeadAttention
 from torch import nn
 
-from course_lib import multihead_tools as mt
-from course_lib.multihead import MultiHeadAttention
+from course_lib.chapters.ch04_multi_head import helpers as mt
 
 
 def test_split_merge_round_trip_and_layout():

@@ -9,8 +9,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib.plots import softmax as ps  # noqa: E402
-from course_lib.widgets import softmax as ws  # noqa: E402
+from course_lib.chapters.ch03_softmax import explorer as ws  # noqa: E402
+from course_lib.chapters.ch03_softmax import plots as ps  # noqa: E402
 
 
 @pytest.mark.parametrize("t,boost", [(1.0, 0.0), (0.1, 3.0), (10.0, -2.0)])

@@ -14,11 +14,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import reference
+from .registry import IMPLEMENTATIONS
 
 
-def _implementations() -> dict:
-    from . import IMPLEMENTATIONS  # late import: course_lib/__init__ imports this module
-    return IMPLEMENTATIONS
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(B, N, H·E)`` → ``(B, H, N, E)``: features ``h·E … h·E+E−1`` go to head ``h``."""
+    B, N, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"last dim {D} of shape {tuple(x.shape)} is not divisible by "
+                         f"num_heads={num_heads}")
+    return x.reshape(B, N, num_heads, D // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(B, H, N, E)`` → ``(B, N, H·E)``, the inverse of :func:`split_heads`."""
+    B, H, N, E = x.shape
+    return x.transpose(1, 2).reshape(B, N, H * E)
 
 
 class MultiHeadAttention(nn.Module):
@@ -38,18 +49,13 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
-        if implementation not in _implementations():
-            raise ValueError(f"implementation must be one of {sorted(_implementations())}, "
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {sorted(IMPLEMENTATIONS)}, "
                              f"got {implementation!r}")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
         self.implementation = implementation
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # rows: [W_q; W_k; W_v]
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, L, D)`` → ``(B, H, L, E)``."""
-        B, L, _ = x.shape
-        return x.view(B, L, self.num_heads, -1).transpose(1, 2)
 
     def _project(self, query, key, value):
         """q, k, v = X W_qᵀ + b_q, ...; one fused matmul for self-attention."""
@@ -72,12 +78,11 @@ class MultiHeadAttention(nn.Module):
         """
         if query.dim() != 3 or query.shape[-1] != self.embed_dim:
             raise ValueError(f"query must be (B, L, {self.embed_dim}), got {tuple(query.shape)}")
-        q, k, v = (self._split_heads(t) for t in self._project(query, key, value))
-        attend = _implementations()[self.implementation]
+        q, k, v = (split_heads(t, self.num_heads) for t in self._project(query, key, value))
+        attend = IMPLEMENTATIONS[self.implementation]
         p = self.dropout if self.training else 0.0
         out = attend(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
-        B, H, L, E = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(B, L, H * E))  # merge heads, (B, L, D)
+        out = self.out_proj(merge_heads(out))  # (B, L, D)
         if not need_weights:
             return out
         weights = reference.attention_weights(q, k, attn_mask=attn_mask, is_causal=is_causal)
@@ -112,3 +117,38 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
                 f"dropout={self.dropout}, implementation={self.implementation!r}")
+
+
+class TransformerBlock(nn.Module):
+    r"""Attention and (optionally) MLP sub-layers with residual connections; ``(B, N, D)``.
+
+    pre-norm (``norm_first=True``): ``x = x + MHA(LN(x))``, then ``x = x + MLP(LN(x))``;
+    post-norm (the original Transformer): ``x = LN(x + MHA(x))``, then ``x = LN(x + MLP(x))``.
+    ``layer_norm=False`` replaces LN by the identity; ``mlp=False`` drops the MLP sub-layer.
+    The MLP is ``Linear(D, 4D) → GELU → Linear(4D, D)``.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, norm_first: bool = True,
+                 mlp: bool = True, layer_norm: bool = True, implementation: str = "sdpa") -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.ln1 = nn.LayerNorm(embed_dim) if layer_norm else nn.Identity()
+        self.attn = MultiHeadAttention(embed_dim, num_heads, implementation=implementation)
+        self.ln2: nn.Module | None = None
+        self.mlp: nn.Module | None = None
+        if mlp:
+            self.ln2 = nn.LayerNorm(embed_dim) if layer_norm else nn.Identity()
+            self.mlp = nn.Sequential(nn.Linear(embed_dim, 4 * embed_dim), nn.GELU(),
+                                     nn.Linear(4 * embed_dim, embed_dim))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False, need_weights: bool = False):
+        """``x (B, N, D)`` → ``(B, N, D)``, or ``(out, weights (B, H, N, N))`` if
+        ``need_weights``; ``attn_mask`` as in :meth:`MultiHeadAttention.forward`."""
+        h = self.ln1(x) if self.norm_first else x
+        a = self.attn(h, attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights)
+        a, w = a if need_weights else (a, None)
+        x = x + a if self.norm_first else self.ln1(x + a)
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln2(x)) if self.norm_first else self.ln2(x + self.mlp(x))
+        return (x, w) if need_weights else x

@@ -14,20 +14,8 @@ import math
 import torch
 
 from ._validate import check_sdpa_args, compute_dtype, expand_gqa
-
-
-def causal_bool_mask(L: int, S: int, device: torch.device | None = None) -> torch.Tensor:
-    """``(L, S)`` bool, True where query i may see key j, i.e. ``j <= i`` (top-left aligned)."""
-    return torch.ones(L, S, dtype=torch.bool, device=device).tril()
-
-
-def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim that returns zeros (not NaN) for a row that is all ``-inf``."""
-    m = scores.amax(dim=-1, keepdim=True)
-    m = m.masked_fill(m == float("-inf"), 0.0)  # dead row: any finite shift will do
-    e = torch.exp(scores - m)                    # exp(-inf) = 0 for masked keys
-    z = e.sum(dim=-1, keepdim=True)
-    return e / torch.where(z == 0, torch.ones_like(z), z)  # dead row: 0 / 1 = 0
+from .masks import causal_mask
+from .softmax import safe_softmax
 
 
 def attention_weights(
@@ -48,7 +36,7 @@ def attention_weights(
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * s                        # (..., L, S)
     if is_causal:
-        attn_mask = causal_bool_mask(q.shape[-2], k.shape[-2], device=q.device)
+        attn_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))  # True = may attend

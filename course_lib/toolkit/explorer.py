@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -58,7 +58,6 @@ class Explorer:
     figsize: tuple[float, float] = (8.0, 3.5)
     interval_ms: int = 600
     dpi: int = 72
-    _fig: Any = field(default=None, repr=False)
 
     def defaults(self) -> dict[str, Any]:
         return {name: c.default for name, c in self.controls.items()}

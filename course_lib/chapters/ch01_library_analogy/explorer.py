@@ -5,9 +5,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from ..library import TOPICS, interpolate, make_library
-from ..plots.library import draw_lookup
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+
+from .helpers import TOPICS, interpolate, make_library
+from .plots import draw_lookup
 
 MIXES = tuple(round(0.1 * i, 1) for i in range(11))
 TEMPERATURES = (0.25, 0.5, 1.0, 2.0, 4.0)

@@ -149,43 +149,6 @@ def attention_steps(
     return AttentionSteps(q, k, v, scores, scaled, weights, weights @ v)
 
 
-def markdown_table(
-    matrix: torch.Tensor,
-    row_labels: Sequence[str],
-    col_labels: Sequence[str],
-    decimals: int = 3,
-    corner: str = "",
-    title: str = "",
-) -> str:
-    """A ``(rows, cols)`` tensor as a Markdown table with labels, numbers to ``decimals``,
-    under an optional bold ``title``."""
-    if matrix.ndim != 2 or matrix.shape != (len(row_labels), len(col_labels)):
-        raise ValueError(f"matrix of shape {tuple(matrix.shape)} does not match "
-                         f"{len(row_labels)} row and {len(col_labels)} column labels")
-    head = "| " + " | ".join([corner, *col_labels]) + " |"
-    rule = "|" + "---|" * (len(col_labels) + 1)
-    rows = []
-    for label, row in zip(row_labels, matrix.tolist(), strict=True):
-        cells = [f"{x + 0.0:.{decimals}f}" for x in row]   # + 0.0 turns -0.0 into 0.0
-        rows.append("| " + " | ".join([f"**{label}**", *cells]) + " |")
-    table = "\n".join([head, rule, *rows])
-    return f"**{title}**\n\n{table}" if title else table
-
-
-def show_table(
-    matrix: torch.Tensor,
-    row_labels: Sequence[str],
-    col_labels: Sequence[str],
-    title: str = "",
-    decimals: int = 3,
-    corner: str = "",
-) -> None:
-    """Display :func:`markdown_table` in a notebook (a rendered table in Jupyter and the book)."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(markdown_table(matrix, row_labels, col_labels, decimals, corner, title)))
-
-
 def diagonal_argmax_rate(scores: torch.Tensor) -> float:
     """Fraction of rows of ``(..., L, L)`` scores whose largest entry is on the diagonal."""
     idx = torch.arange(scores.shape[-1], device=scores.device)

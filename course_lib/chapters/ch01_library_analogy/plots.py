@@ -8,8 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..library import Library, soft_lookup
-from . import heatmap
+from course_lib.toolkit.plotting import heatmap
+
+from .helpers import Library, soft_lookup
 
 BOOK_COLOURS = ("#d55e00", "#0072b2", "#009e73", "#cc79a7", "#e69f00")
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._spec import Case, Exercise, Mistake
+from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 
 def _cases(gen: torch.Generator) -> list[Case]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from ..plots.scaling import draw_scaling_frame
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+
+from .plots import draw_scaling_frame
 
 DIMS = tuple(2**i for i in range(11))          # 1 ... 1024
 BOOK_DIMS = (1, 4, 16, 64, 256, 1024)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..scaling import entropy, random_qk, scores
+from .helpers import entropy, random_qk, scores
 
 SCALED, UNSCALED = "#0072b2", "#d55e00"
 

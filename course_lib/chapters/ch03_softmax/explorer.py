@@ -6,8 +6,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..softmax_tools import entropy, stable_softmax
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+
+from .helpers import entropy, stable_softmax
 
 TOKENS = ("the", "cat", "sat", "on", "a", "mat")
 BASE_LOGITS = (1.0, 2.5, 0.5, -0.5, 0.0, 1.8)

@@ -13,24 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.attention.softmax import safe_softmax as stable_softmax  # the core's, renamed
+
 
 def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """exp(x) / Σ exp(x) with no shift: overflows to inf (then NaN) for large logits."""
     e = torch.exp(x)
     return e / e.sum(dim=dim, keepdim=True)
-
-
-def stable_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """exp(x − m) / Σ exp(x − m), m = max(x): every exponent is ≤ 0, so nothing overflows.
-
-    ``-inf`` entries get weight 0. A row that is entirely ``-inf`` returns zeros (torch's SDPA
-    convention for a query with no allowed key) instead of NaN.
-    """
-    m = x.amax(dim=dim, keepdim=True)
-    m = m.masked_fill(m == float("-inf"), 0.0)  # dead row: any finite shift will do
-    e = torch.exp(x - m)
-    z = e.sum(dim=dim, keepdim=True)
-    return e / torch.where(z == 0, torch.ones_like(z), z)
 
 
 def logsumexp(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

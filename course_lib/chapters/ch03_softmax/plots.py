@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..softmax_tools import jacobian_norm, overflow_limits, stable_softmax
+from .helpers import jacobian_norm, overflow_limits, stable_softmax
 
 DTYPE_COLOURS = {torch.float16: "#d95f02", torch.bfloat16: "#7570b3", torch.float32: "#1b9e77",
                  torch.float64: "#666666"}

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from ..multihead_tools import TOY_HEADS, TOY_SENTENCE, toy_heads_layer
-from ..plots import heatmap
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+from course_lib.toolkit.plotting import heatmap
+
+from .helpers import TOY_HEADS, TOY_SENTENCE, toy_heads_layer
 
 
 @lru_cache(maxsize=1)

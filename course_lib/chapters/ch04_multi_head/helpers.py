@@ -10,21 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .multihead import MultiHeadAttention
-
-
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(B, N, H·D)`` → ``(B, H, N, D)``: features ``h·D … h·D+D−1`` go to head ``h``."""
-    B, N, E = x.shape
-    if E % num_heads:
-        raise ValueError(f"last dim {E} is not divisible by num_heads={num_heads}")
-    return x.reshape(B, N, num_heads, E // num_heads).permute(0, 2, 1, 3)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``(B, H, N, D)`` → ``(B, N, H·D)``, the inverse of :func:`split_heads`."""
-    B, H, N, D = x.shape
-    return x.permute(0, 2, 1, 3).reshape(B, N, H * D)
+from course_lib.attention import MultiHeadAttention, TransformerBlock, split_heads
+from course_lib.attention import merge_heads as merge_heads  # re-exported for the chapter
 
 
 def split_heads_without_permute(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -103,29 +90,6 @@ def toy_heads_layer(tokens: list[str] | None = None, strength: float = 5.0, seed
     return layer.eval(), x
 
 
-class ResidualBlock(nn.Module):
-    """Attention + MLP sub-layers with residual connections, post-norm or pre-norm.
-
-    post-norm (original Transformer): ``x = LN(x + f(x))``; pre-norm: ``x = x + f(LN(x))``.
-    Input/output ``(B, N, E)``.
-    """
-
-    def __init__(self, embed_dim: int, num_heads: int, norm_first: bool) -> None:
-        super().__init__()
-        self.norm_first = norm_first
-        self.attn = MultiHeadAttention(embed_dim, num_heads)
-        self.mlp = nn.Sequential(nn.Linear(embed_dim, 4 * embed_dim), nn.GELU(),
-                                 nn.Linear(4 * embed_dim, embed_dim))
-        self.ln1, self.ln2 = nn.LayerNorm(embed_dim), nn.LayerNorm(embed_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.norm_first:
-            x = x + self.attn(self.ln1(x))
-            return x + self.mlp(self.ln2(x))
-        x = self.ln1(x + self.attn(x))
-        return self.ln2(x + self.mlp(x))
-
-
 def token_spread(x: torch.Tensor) -> float:
     """‖X − mean_tokens(X)‖ / ‖X‖ for ``x (B, N, E)``: 0 when every token has the same vector."""
     centred = x - x.mean(dim=-2, keepdim=True)
@@ -138,7 +102,8 @@ def depth_profile(variant: str, depth: int = 24, embed_dim: int = 64, num_heads:
     """Push random tokens through ``depth`` freshly initialised layers; measure every layer.
 
     ``variant``: ``"attention only"`` (x ← MHA(x)), ``"attention + residual"`` (x ← x + MHA(x)),
-    ``"post-norm"`` or ``"pre-norm"`` (:class:`ResidualBlock`, attention + MLP).
+    ``"post-norm"`` or ``"pre-norm"`` (:class:`~course_lib.attention.TransformerBlock`,
+    attention + MLP).
     Returns ``spread`` (:func:`token_spread`) and ``rms`` of the stream at depth 0..depth, and
     ``grad`` = ‖∂loss/∂θ_l‖ per layer for a mean-squared-error loss to a random target.
     float64 by default, so the printed numbers do not depend on the CPU's kernels.
@@ -147,7 +112,8 @@ def depth_profile(variant: str, depth: int = 24, embed_dim: int = 64, num_heads:
     if variant in ("attention only", "attention + residual"):
         layers = nn.ModuleList(MultiHeadAttention(embed_dim, num_heads) for _ in range(depth))
     elif variant in ("post-norm", "pre-norm"):
-        layers = nn.ModuleList(ResidualBlock(embed_dim, num_heads, variant == "pre-norm")
+        layers = nn.ModuleList(TransformerBlock(embed_dim, num_heads,
+                                                norm_first=variant == "pre-norm")
                                for _ in range(depth))
     else:
         raise ValueError(f"unknown variant {variant!r}")

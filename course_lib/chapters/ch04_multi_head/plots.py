@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from . import heatmap
+from course_lib.toolkit.plotting import heatmap
 
 HEAD_COLOURS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f")
 

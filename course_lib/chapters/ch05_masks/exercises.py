@@ -9,9 +9,8 @@ import math
 
 import torch
 
-from course_lib import reference
-
-from ._spec import Case, Exercise, Mistake
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 # --------------------------------------------------------------------------- causal_mask
 

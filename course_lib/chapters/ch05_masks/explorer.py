@@ -6,10 +6,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .. import masks, reference
-from ..plots import heatmap
-from ..plots.masks import _hatch_hidden, draw_mask
-from ._explorer import Control, Explorer
+from course_lib.attention import masks, reference
+from course_lib.toolkit.explorer import Control, Explorer
+from course_lib.toolkit.plotting import heatmap
+
+from .plots import _hatch_hidden, draw_mask
 
 SENTENCES = (
     ("the", "cat", "sat", "on", "the", "mat"),

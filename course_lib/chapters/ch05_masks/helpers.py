@@ -145,19 +145,3 @@ def fill_value_rows(dtypes: Sequence[torch.dtype] = (torch.float32, torch.float1
                 "dead row": dead_row_verdict(torch.softmax(dead, -1)),
             })
     return rows
-
-
-def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
-                   fmt: str = "{:.4g}") -> str:
-    """A GitHub/MyST markdown table; floats formatted with ``fmt`` (``inf`` kept readable)."""
-    columns = list(rows[0]) if columns is None else list(columns)
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return fmt.format(v) if math.isfinite(v) else ("-inf" if v < 0 else
-                                                             ("inf" if v > 0 else "NaN"))
-        return str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from matplotlib.colors import ListedColormap
 
-from . import heatmap
+from course_lib.toolkit.plotting import heatmap
 
 ALLOWED = "#1b9e77"
 BLOCKED = "#eeeeee"

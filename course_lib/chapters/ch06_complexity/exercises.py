@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._spec import Case, Exercise, Mistake
+from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 # --------------------------------------------------------------------------- FLOPs
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .. import complexity as cx
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+
+from . import helpers as cx
 
 NS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 DS = (64, 128, 256, 512, 768, 1024, 2048)

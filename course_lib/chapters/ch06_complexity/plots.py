@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .. import complexity as cx
+from . import helpers as cx
 
 COLOURS = {"reference": "#d95f02", "flash": "#1b9e77", "sdpa": "#7570b3",
            "core": "#d95f02", "projections": "#1b9e77", "total": "#444444"}

@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from course_lib import reference
-
-from ._spec import Case, Exercise, Mistake, OnceIterator
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake, OnceIterator
 
 # --------------------------------------------------------------------------- online softmax
 

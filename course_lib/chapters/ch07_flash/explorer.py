@@ -7,8 +7,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ..flash_tools import TileStep, tile_trace
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+
+from .helpers import TileStep, tile_trace
 
 L = S = 12
 WIDTH = 4

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch, Rectangle
 
-from course_lib.flash_tools import arithmetic_intensity
+from .helpers import arithmetic_intensity
 
 #: one colour per implementation, reused by every figure of chapters 6–7
 IMPL_COLORS = {"reference": "#c0392b", "flash": "#2471a3", "sdpa": "#229954", "torch": "#7d3c98"}

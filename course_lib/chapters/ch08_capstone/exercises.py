@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._spec import Case, Exercise, Mistake
+from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 
 def _causal_attention(n: int, gen: torch.Generator, dtype=torch.float32) -> torch.Tensor:

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import torch
 
-from ..capstone import probes, tasks
-from ..plots import heatmap
-from ._explorer import Control, Explorer
+from course_lib.toolkit.explorer import Control, Explorer
+from course_lib.toolkit.plotting import heatmap
+
+from . import probes, tasks
 
 
 @dataclass

@@ -3,9 +3,10 @@ r"""A tiny transformer assembled from course parts.
 .. math:: h_0 = E[x] + P, \quad h_{\ell} = h_{\ell-1} + \mathrm{MHA}(\mathrm{LN}(h_{\ell-1}))
           \;(+\ \mathrm{MLP}), \quad \mathrm{logits} = \mathrm{LN}(h_L) W_{\mathrm{out}}
 
-Attention is :class:`course_lib.multihead.MultiHeadAttention`; masks come from
-:mod:`course_lib.masks`. Attention alone is order-blind (permuting the tokens permutes the
-outputs), so position enters through ``P``: a learned table or fixed sinusoids.
+Blocks are :class:`course_lib.attention.TransformerBlock` (pre-norm) around
+:class:`course_lib.attention.MultiHeadAttention`; masks come from
+:mod:`course_lib.attention.masks`. Attention alone is order-blind (permuting the tokens permutes
+the outputs), so position enters through ``P``: a learned table or fixed sinusoids.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import math
 import torch
 from torch import nn
 
-from .. import masks
-from ..multihead import MultiHeadAttention
+from course_lib.attention import TransformerBlock, masks
 
 
 def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
@@ -29,32 +29,6 @@ def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
     p[:, 0::2] = torch.sin(t * freq)
     p[:, 1::2] = torch.cos(t * freq)
     return p
-
-
-class Block(nn.Module):
-    """Pre-norm block: ``x + MHA(LN(x))`` then, optionally, ``x + MLP(LN(x))``; ``(B, N, D)``."""
-
-    def __init__(self, d_model: int, n_heads: int, mlp: bool, layer_norm: bool) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d_model) if layer_norm else nn.Identity()
-        self.attn = MultiHeadAttention(d_model, n_heads, implementation="sdpa")
-        self.mlp = None
-        if mlp:
-            self.ln2 = nn.LayerNorm(d_model) if layer_norm else nn.Identity()
-            self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                     nn.Linear(4 * d_model, d_model))
-
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
-                need_weights: bool):
-        if need_weights:
-            a, w = self.attn(self.ln1(x), attn_mask=attn_mask, is_causal=is_causal,
-                             need_weights=True)
-        else:
-            a, w = self.attn(self.ln1(x), attn_mask=attn_mask, is_causal=is_causal), None
-        x = x + a
-        if self.mlp is not None:
-            x = x + self.mlp(self.ln2(x))
-        return x, w
 
 
 class TinyTransformer(nn.Module):
@@ -83,7 +57,8 @@ class TinyTransformer(nn.Module):
             table = (sinusoidal_positions(max_len, d_model) if positional == "sinusoidal"
                      else torch.zeros(max_len, d_model))
             self.register_buffer("pos", table, persistent=False)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, mlp, layer_norm)
+        self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, mlp=mlp,
+                                                     layer_norm=layer_norm)
                                     for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model) if layer_norm else nn.Identity()
         self.out = nn.Linear(d_model, vocab_size if head == "lm" else n_classes)
@@ -99,7 +74,8 @@ class TinyTransformer(nn.Module):
             mask, causal = masks.padding_mask(tokens, pad_id=self.pad_id), False  # (B, 1, 1, N)
         maps = []
         for block in self.blocks:
-            x, w = block(x, mask, causal, return_attention)
+            x, w = block(x, mask, causal, need_weights=True) if return_attention else (
+                block(x, mask, causal), None)
             maps.append(w)
         x = self.ln_f(x)
         logits = self.out(x) if self.head_kind == "lm" else self.out(x[:, 0])

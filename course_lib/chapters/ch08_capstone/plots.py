@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from . import _to_numpy, heatmap
+from course_lib.toolkit.plotting import _to_numpy, heatmap
 
 HIGHLIGHT = "#c2410c"  # orange-red, readable on white
 

@@ -7,8 +7,9 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from .report import check_targets, write_report
-from .sweep import DEFAULT_N, run_sweep
+from course_lib.toolkit.bench import RESULTS_DIR
+from course_lib.toolkit.bench.report import check_targets, write_report
+from course_lib.toolkit.bench.sweep import DEFAULT_N, run_sweep
 
 
 def _ints(values: Sequence[str]) -> list[int]:
@@ -39,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impls", nargs="+", default=None,
                    help="implementations (default: reference flash sdpa torch)")
     p.add_argument("--backward", action="store_true", help="time forward + backward")
-    p.add_argument("--out", default="bench/results", help="output directory")
+    p.add_argument("--out", default=str(RESULTS_DIR),
+                   help="output directory (default: the results shipped with course_lib)")
     p.add_argument("--name", default=None,
                    help="file stem (default: <device>-<dtype>[-backward])")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")

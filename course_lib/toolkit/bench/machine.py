@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+from pathlib import Path
 
 import torch
 
@@ -19,6 +20,26 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cache_sizes() -> dict[str, int]:
+    """CPU cache sizes in bytes from sysfs: ``L1d``, ``L1i``, ``L2``, ``L3``; {} if unknown."""
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes: dict[str, int] = {}
+    if not root.is_dir():
+        return sizes
+    for index in sorted(root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+        value = int(size.rstrip("KMG")) * mult
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        sizes[name] = value
+    return sizes
 
 
 def load_average() -> list[float] | None:

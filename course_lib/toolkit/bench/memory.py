@@ -8,18 +8,22 @@ touched beyond its inputs, output and temporaries included. Where the mark canno
 baseline is the mark itself; without ``/proc`` it is ``resource.getrusage().ru_maxrss``. The worker
 runs with a fixed glibc mmap threshold so freed blocks go back to the OS instead of being reused.
 
+In-process variant (:func:`peak_extra_memory`, for quick live measurements in a chapter): the
+same high-water-mark reset and read, with glibc told to return freed memory to the OS.
+
 CUDA method: in-process, ``torch.cuda.max_memory_allocated()`` after ``reset_peak_memory_stats()``
 minus ``torch.cuda.memory_allocated()`` before the call (inputs already allocated).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -103,6 +107,67 @@ def _measure_cuda_here(factory: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             "peak_bytes": int(peak), "source": "torch.cuda.max_memory_allocated"}
 
 
+_LIBC: Any = None
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _libc() -> Any:
+    global _LIBC
+    if _LIBC is None and sys.platform.startswith("linux"):
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+        except OSError:
+            _LIBC = False
+    return _LIBC or None
+
+
+def _malloc_for_measuring(on: bool) -> None:
+    """glibc settings for a memory measurement (``on``) and back to fast ones (``off``).
+
+    On: blocks >= 64 KiB are mmap'ed and unmapped when freed, and free heap pages are handed
+    back to the OS (``malloc_trim``), so every byte a call touches shows in its resident set.
+    Off: the limits glibc's adaptive policy reaches after warm-up (mmap above 32 MiB, trim
+    above 64 MiB), so timed calls reuse heap memory instead of page-faulting fresh memory.
+    """
+    libc = _libc()
+    if libc is None:
+        return
+    if on:
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
+        libc.malloc_trim(0)
+    else:
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+        libc.mallopt(_M_TRIM_THRESHOLD, 64 * 1024 * 1024)
+
+
+def peak_extra_memory(fn: Callable[[], Any], repeats: int = 2) -> int | None:
+    """Peak resident memory ``fn()`` adds on top of what this process already holds, in bytes.
+
+    The benchmark's CPU method run in-process (Linux): with glibc set to return freed memory
+    (see :func:`_malloc_for_measuring`), reset the kernel's high-water mark, run ``fn``, read
+    ``VmHWM − VmRSS_before`` (output included). Minimum over ``repeats`` runs (the first run may
+    pay for one-off allocations). Returns None where ``/proc`` is unavailable.
+    """
+    best: int | None = None
+    _malloc_for_measuring(True)
+    try:
+        for _ in range(repeats):
+            if not _reset_hwm():
+                return None
+            before = _status_bytes("VmRSS")
+            result = fn()
+            peak = _status_bytes("VmHWM")
+            del result
+            if before is None or peak is None:
+                return None
+            extra = max(0, peak - before)
+            best = extra if best is None else min(best, extra)
+    finally:
+        _malloc_for_measuring(False)
+    return best
+
+
 def _spec(factory: str, kwargs: dict[str, Any], warmup_kwargs: dict[str, Any] | None):
     if factory not in FACTORIES:
         raise ValueError(f"factory must be one of {sorted(FACTORIES)}, got {factory!r}")
@@ -112,7 +177,7 @@ def _spec(factory: str, kwargs: dict[str, Any], warmup_kwargs: dict[str, Any] | 
 
 def _run_worker(specs: list[dict[str, Any]], threads: int | None, timeout: float) -> list[dict]:
     env = {**os.environ, **_MALLOC_ENV}
-    cmd = [sys.executable, "-m", "course_lib.bench.memory", json.dumps(specs)]
+    cmd = [sys.executable, "-m", "course_lib.toolkit.bench.memory", json.dumps(specs)]
     if threads is not None:
         cmd += ["--threads", str(threads)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)

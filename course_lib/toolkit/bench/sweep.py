@@ -15,14 +15,20 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from .flops import FLOP_CONVENTION, attention_flops
 from .machine import load_average, machine_info
 from .matmul import default_matmul_size, rate_from_times
-from .memory import CPU_METHOD, CUDA_METHOD, measure_peak_memory, measure_peak_memory_many
-from .progress import Progress
-from .timing import interleaved_rounds, summarize
-from .workloads import TORCH_IMPL, attention, implementations, matmul
+from .memory import (
+    CPU_METHOD,
+    CUDA_METHOD,
+    measure_peak_memory,
+    measure_peak_memory_many,
+    peak_extra_memory,
+)
+from .timing import best_time, interleaved_rounds, summarize, torch_threads
+from .workloads import TORCH_IMPL, attention, implementations, make_inputs, matmul
 
 SCHEMA = "course_lib.bench/1"
 MATMUL = "__matmul__"
@@ -45,7 +51,16 @@ def _paired_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [x / y for x, y in zip(a, b, strict=True) if y > 0]
 
 
-def run_sweep(
+def run_sweep(ns: Iterable[int] = DEFAULT_N, impls: Sequence[str] | None = None, *,
+              threads: int | None = None, **options: Any) -> dict[str, Any]:
+    """Benchmark ``impls`` (default: ``course_lib.IMPLEMENTATIONS`` + ``"torch"``) over ``ns``
+    on ``threads`` torch threads (None: torch's setting), restored afterwards; ``options``: see
+    :func:`_run_sweep`."""
+    with torch_threads(threads):
+        return _run_sweep(ns, impls, threads=threads, **options)
+
+
+def _run_sweep(
     ns: Iterable[int] = DEFAULT_N,
     impls: Sequence[str] | None = None,
     *,
@@ -79,8 +94,6 @@ def run_sweep(
     dtype = default_dtype(device) if dtype is None else dtype
     naive_max_n = default_naive_max_n(device) if naive_max_n is None else naive_max_n
     matmul_size = default_matmul_size(device) if matmul_size is None else matmul_size
-    if threads is not None:
-        torch.set_num_threads(threads)
     available = implementations()
     impls = list(available) if impls is None else list(impls)
     for name in impls:
@@ -96,7 +109,7 @@ def run_sweep(
     configs = [(c, n) for c in causal for n in ns]
     n_mem = sum(len(runs(n)) for _, n in configs) if memory else 0
     n_steps = sum((len(runs(n)) + 1) * rounds for _, n in configs) + n_mem
-    bar = Progress(n_steps, desc="bench", enabled=progress)
+    bar = tqdm(total=n_steps, desc="bench", disable=not progress)
     load_start = load_average()
     info = machine_info(device)
 
@@ -110,7 +123,8 @@ def run_sweep(
 
         def step(name: str, r: int, n: int = n, c: bool = c) -> None:
             label = f"{'causal ' if c else ''}n={n} {name.strip('_')} round {r + 1}"
-            bar.update(label)
+            bar.set_postfix_str(label, refresh=False)
+            bar.update()
             if on_progress is not None:
                 on_progress(label)
 
@@ -152,13 +166,15 @@ def run_sweep(
             specs.append(("attention", kw, {**kw, "n": min(r["n"], 128)}))
         if memory == "batched" and not is_cuda:
             measured = measure_peak_memory_many(specs, threads=threads)
-            bar.update("memory", steps=len(specs))
+            bar.update(len(specs))
             memory_method = measured[0]["method"] if measured else memory_method
         else:
             measured = []
             for (f, kw, wkw), r in zip(specs, points, strict=True):
                 measured.append(measure_peak_memory(f, kw, warmup_kwargs=wkw, threads=threads))
-                bar.update(f"memory {'causal ' if r['causal'] else ''}n={r['n']} {r['impl']}")
+                bar.set_postfix_str(f"memory {'causal ' if r['causal'] else ''}n={r['n']} "
+                                    f"{r['impl']}", refresh=False)
+                bar.update()
         for r, m in zip(points, measured, strict=True):
             r["peak_extra_bytes"] = m["peak_extra_bytes"]
             r["memory_source"] = m["source"]
@@ -171,9 +187,9 @@ def run_sweep(
         "backward": backward, "rounds": rounds, "warmup": warmup, "min_sample_s": min_sample_s,
         "impls": impls, "naive_max_n": naive_max_n, "seed": seed,
         "flop_convention": FLOP_CONVENTION,
-        "time_method": ("CUDA events after torch.cuda.synchronize" if is_cuda else
-                        "time.perf_counter") + "; interleaved rounds, order rotated each round; "
-                        "one sample = enough back-to-back calls to last min_sample_s",
+        "time_method": "torch.utils.benchmark.Timer (" + ("accelerator synchronised, "
+                        if is_cuda else "") + "wall clock); interleaved rounds, order rotated "
+                        "each round; one sample = enough back-to-back calls to last min_sample_s",
         "memory_method": memory_method,
         "matmul": yardstick,
         "load_average_start": load_start,
@@ -183,3 +199,40 @@ def run_sweep(
                                    "directly (no course_lib wrapper)"},
     }
     return {"schema": SCHEMA, "meta": meta, "results": results}
+
+
+def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int], *,
+                batch: int = 1, heads: int = 8, d: int = 64, repeats: int = 3, seed: int = 0,
+                min_total_s: float = 0.1, threads: int | None = 1, clock: str = "cpu",
+                progress: bool = True) -> list[dict[str, Any]]:
+    """A sweep small enough to run live in a chapter: time and in-process peak extra memory of
+    each implementation on ``(batch, heads, n, d)`` inputs.
+
+    Each point is :func:`~.timing.best_time`: best of at least ``repeats`` runs and of at least
+    ``min_total_s`` seconds of runs (many runs for quick calls, so one of them escapes the noise
+    of a shared machine). By default it runs on ``threads=1`` (restored afterwards) and reads the
+    CPU clock: the CPU time one thread spends is what the FLOP count predicts, whatever else the
+    machine is doing. Memory: :func:`~.memory.peak_extra_memory` (the full sweep measures in a
+    fresh process instead). Returns one record per (implementation, n): ``impl, n, seconds``
+    (best), its split ``user_seconds``/``system_seconds`` (CPU clock only), ``peak_bytes``,
+    ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
+    """
+    records = []
+    with torch_threads(threads), tqdm(total=len(implementations) * len(ns), desc="sweep",
+                                      disable=not progress) as bar:
+        for n in ns:
+            q, k, v = make_inputs(batch, heads, n, d, seed=seed + n)
+            for name, attend in implementations.items():
+                def call(attend=attend, q=q, k=k, v=v):
+                    return attend(q, k, v)
+
+                seconds, user, system = best_time(call, repeats=repeats,
+                                                  min_total_s=min_total_s, clock=clock)
+                peak = peak_extra_memory(call, repeats=1)
+                flops = attention_flops(batch, heads, n, d)
+                records.append({"impl": name, "n": n, "seconds": seconds, "user_seconds": user,
+                                "system_seconds": system, "peak_bytes": peak,
+                                "flops": flops, "gflops_per_s": flops / seconds / 1e9})
+                bar.set_postfix_str(f"{name} n={n}", refresh=False)
+                bar.update()
+    return records

@@ -1,4 +1,8 @@
-"""Wall-clock timing with the right synchronisation, and interleaved rounds.
+"""Timing on :class:`torch.utils.benchmark.Timer`, and interleaved rounds.
+
+``Timer`` brings the accelerator synchronisation, the thread setting and a warm-up before each
+sample; the clock is wall time (its default) or this process's CPU time (:class:`CpuClock`,
+which also splits it into user and system time).
 
 Interleaving: every round times each participant once, in a rotated order, so that slow drift of
 the machine (other processes, thermal state) hits all participants alike; the median over rounds
@@ -7,41 +11,99 @@ is the robust statistic, the best is the least-disturbed run.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import resource
 import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
+from torch.utils import benchmark
+
+CLOCKS = ("wall", "cpu")
 
 
-def synchronize(device: str | torch.device) -> None:
-    """Wait for queued kernels on ``device`` (a no-op on CPU)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``torch.set_num_threads(threads)`` (None: unchanged), then restore."""
+    saved = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
-def time_call(fn: Callable[[], object], device: str | torch.device = "cpu",
-              number: int = 1) -> float:
-    """Seconds per call of ``fn`` averaged over ``number`` back-to-back calls.
+class CpuClock:
+    """This process's CPU seconds, user + system over all threads (``getrusage``), as a
+    ``Timer`` clock. It remembers its last two readings, so after ``Timer.timeit`` (whose last
+    interval is the measured one) :meth:`split` gives that interval's user and system seconds.
 
-    CPU: ``time.perf_counter``; CUDA: CUDA events after a synchronize (kernel time, not launch).
+    CPU time does not count the time other programs hold the CPU: on a shared machine it is
+    far more stable than wall time; system time is the OS kernel working for the process
+    (e.g. supplying fresh zeroed pages).
+    """
+
+    def __init__(self) -> None:
+        self.readings: list[tuple[float, float]] = []
+
+    def __call__(self) -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        self.readings = [*self.readings[-1:], (ru.ru_utime, ru.ru_stime)]
+        return ru.ru_utime + ru.ru_stime
+
+    def split(self) -> tuple[float, float]:
+        """(user, system) seconds between the last two readings."""
+        (u0, s0), (u1, s1) = self.readings
+        return u1 - u0, s1 - s0
+
+
+def time_call_split(fn: Callable[[], object], device: str | torch.device = "cpu",
+                    number: int = 1, clock: str = "wall") -> tuple[float, float, float]:
+    """``(seconds, user, system)`` per call of ``fn``, averaged over ``number`` back-to-back
+    calls after ``Timer``'s warm-up; ``user``/``system`` are NaN for ``clock="wall"``.
+
+    ``clock="wall"``: ``Timer``'s clock, which synchronises the accelerator (CUDA) around the
+    calls; ``clock="cpu"``: :class:`CpuClock` (CPU only).
     """
     if number < 1:
         raise ValueError(f"number must be >= 1, got {number}")
-    if torch.device(device).type == "cuda":
-        synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / number
-    t0 = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - t0) / number
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+    cpu_clock = CpuClock() if clock == "cpu" else None
+    if cpu_clock is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"clock='cpu' times CPU work only, got device={device}")
+    extra = {} if cpu_clock is None else {"timer": cpu_clock}
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn},
+                            num_threads=torch.get_num_threads(), **extra)
+    seconds = timer.timeit(number).mean
+    if cpu_clock is None:
+        return seconds, math.nan, math.nan
+    user, system = cpu_clock.split()
+    return seconds, user / number, system / number
+
+
+def time_call(fn: Callable[[], object], device: str | torch.device = "cpu",
+              number: int = 1, clock: str = "wall") -> float:
+    """Seconds per call of ``fn`` averaged over ``number`` back-to-back calls
+    (:func:`time_call_split` without the split)."""
+    return time_call_split(fn, device, number, clock)[0]
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, min_total_s: float = 0.0,
+              max_runs: int = 200, clock: str = "wall") -> tuple[float, float, float]:
+    """The least disturbed run: ``(seconds, user, system)`` of the fastest of at least
+    ``repeats`` timed calls, going on for quick calls until ``min_total_s`` seconds were timed
+    (at most ``max_runs``). Each run is one :func:`time_call_split`."""
+    best = (math.inf, math.nan, math.nan)
+    spent, runs = 0.0, 0
+    while runs < repeats or (spent < min_total_s and runs < max_runs):
+        run = time_call_split(fn, "cpu", 1, clock)
+        spent += run[0]
+        runs += 1
+        best = min(best, run, key=lambda r: r[0])
+    return best
 
 
 def calls_per_sample(seconds_per_call: float, min_sample_s: float) -> int:

@@ -23,7 +23,7 @@ TORCH_IMPL = "torch"  # torch.nn.functional.scaled_dot_product_attention called 
 
 def implementations() -> dict[str, Callable[..., torch.Tensor]]:
     """``course_lib.IMPLEMENTATIONS`` plus ``"torch"`` (torch's SDPA without the course wrapper)."""
-    from course_lib import IMPLEMENTATIONS
+    from course_lib.attention import IMPLEMENTATIONS
 
     return {**IMPLEMENTATIONS, TORCH_IMPL: F.scaled_dot_product_attention}
 

@@ -1,4 +1,5 @@
-"""Discovery: every public module of this package is imported and its Exercise objects collected."""
+"""Discovery: every ``course_lib/chapters/<chapter>/exercises.py`` is imported and its Exercise
+objects collected."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from pathlib import Path
 from ._spec import Exercise
 
 _CACHE: dict[str, Exercise] | None = None
+CHAPTERS_PACKAGE = "course_lib.chapters"
+
+
+def chapter_modules() -> list[str]:
+    """``course_lib.chapters.<chapter>.exercises`` for every chapter package that has one."""
+    root = Path(__file__).resolve().parents[2] / "chapters"
+    return [f"{CHAPTERS_PACKAGE}.{info.name}.exercises"
+            for info in sorted(pkgutil.iter_modules([str(root)]), key=lambda i: i.name)
+            if info.ispkg and (root / info.name / "exercises.py").is_file()]
 
 
 def registry(refresh: bool = False) -> dict[str, Exercise]:
@@ -18,14 +28,11 @@ def registry(refresh: bool = False) -> dict[str, Exercise]:
     if _CACHE is not None and not refresh:
         return _CACHE
     found: list[Exercise] = []
-    pkg_dir = Path(__file__).resolve().parent
-    for info in sorted(pkgutil.iter_modules([str(pkg_dir)]), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
+    for name in chapter_modules():
         try:
-            module = importlib.import_module(f"{__package__}.{info.name}")
+            module = importlib.import_module(name)
         except Exception as e:  # one broken module must not hide the others
-            warnings.warn(f"course_lib.exercises: could not import {info.name}: {e!r}",
+            warnings.warn(f"course_lib.exercises: could not import {name}: {e!r}",
                           stacklevel=2)
             continue
         found.extend(v for v in vars(module).values() if isinstance(v, Exercise))

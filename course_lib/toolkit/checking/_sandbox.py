@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ class CallOutcome:
     forbidden: str | None = None  # label of the forbidden group reached
     square: tuple[int, ...] | None = None  # shape of an N×N tensor created
     printed: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _Watch(TorchDispatchMode):
@@ -97,16 +96,33 @@ class _FunctionWatch(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
-    codes: dict[Any, str] = {}
-    for g in groups:
-        for spec in FORBIDDEN_GROUPS[g]["python"]:
+def _resolve_forbidden() -> dict[str, dict[Any, str]]:
+    """``{group: {code object: label}}`` for every ``"python"`` entry of FORBIDDEN_GROUPS.
+
+    Resolved once, at import: an entry naming a module or function that does not exist is a bug
+    in this package (it would silently forbid nothing), so it raises ImportError here.
+    """
+    table: dict[str, dict[Any, str]] = {}
+    for g, group in FORBIDDEN_GROUPS.items():
+        table[g] = {}
+        for spec in group["python"]:
             mod_name, fn_name = spec.split(":")
             try:
                 fn = getattr(importlib.import_module(mod_name), fn_name)
-                codes[fn.__code__] = FORBIDDEN_GROUPS[g]["label"]
-            except Exception:  # a module that does not exist (yet) forbids nothing
-                continue
+            except (ImportError, AttributeError) as e:
+                raise ImportError(f"FORBIDDEN_GROUPS[{g!r}] names {spec!r}, which does not "
+                                  f"resolve: {e}") from e
+            table[g][fn.__code__] = group["label"]
+    return table
+
+
+_FORBIDDEN_CODES = _resolve_forbidden()
+
+
+def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
+    codes: dict[Any, str] = {}
+    for g in groups:
+        codes.update(_FORBIDDEN_CODES[g])
     return codes
 
 

@@ -33,7 +33,7 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
         "aten": ("_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"),
         "torch": ("softmax", "log_softmax", "special_softmax", "special_log_softmax",
                   "_softmax", "_log_softmax", "_safe_softmax"),
-        "python": ("course_lib.reference:safe_softmax",),
+        "python": ("course_lib.attention.softmax:safe_softmax",),
     },
     "sdpa": {
         "label": "torch's scaled_dot_product_attention (or course_lib's attention implementations)",
@@ -45,10 +45,10 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
                  "_scaled_dot_product_fused_attention_overrideable",
                  "_fused_sdp_choice"),
         "torch": ("scaled_dot_product_attention", "multi_head_attention_forward"),
-        "python": ("course_lib.reference:scaled_dot_product_attention",
-                   "course_lib.reference:attention_weights",
-                   "course_lib.flash:scaled_dot_product_attention",
-                   "course_lib.sdpa:scaled_dot_product_attention"),
+        "python": ("course_lib.attention.reference:scaled_dot_product_attention",
+                   "course_lib.attention.reference:attention_weights",
+                   "course_lib.attention.flash:scaled_dot_product_attention",
+                   "course_lib.attention.sdpa:scaled_dot_product_attention"),
     },
 }
 
