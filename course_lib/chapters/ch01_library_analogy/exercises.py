@@ -33,9 +33,8 @@ def _oracle(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> to
 
 def retrieve(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Soft look-up: weights = softmax(keys · query) over the n keys; return weights · values."""
-    scores = keys @ query                       # (n,): how well each key matches the query
-    weights = torch.softmax(scores, dim=-1)     # (n,): positive, sum to 1
-    return weights @ values                     # (m,): weighted mix of the values
+    weights = torch.softmax(keys @ query, dim=-1)  # (n,), sums to 1
+    return weights @ values                         # (m,) weighted average
 
 
 def _scaled(query, keys, values):

@@ -31,8 +31,7 @@ def _oracle(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Scores QKᵀ/√E: q (..., L, E), k (..., S, E) -> (..., L, S)."""
-    E = q.shape[-1]                                   # the width of each query/key vector
-    return q @ k.transpose(-2, -1) / math.sqrt(E)     # transpose only the last two dims
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
 def _no_scaling(q, k):

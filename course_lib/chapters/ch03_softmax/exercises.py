@@ -39,8 +39,8 @@ def _softmax_oracle(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Stable softmax along ``dim``: exp(x - max) / sum(exp(x - max)); same shape and dtype."""
-    m = x.amax(dim=dim, keepdim=True)      # the largest entry of each slice
-    e = torch.exp(x - m)                   # every exponent <= 0: no overflow
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - m)      # exponents <= 0: no overflow; exp(-inf) = 0
     return e / e.sum(dim=dim, keepdim=True)
 
 
@@ -125,9 +125,10 @@ def _sa_oracle(x, w_q, w_k, w_v):
 def self_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
                    w_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Single-head self-attention: x (B, N, D) -> out (B, N, M), weights (B, N, N)."""
-    q, k, v = x @ w_q, x @ w_k, x @ w_v                     # (B, N, E), (B, N, E), (B, N, M)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])   # (B, N, N)
-    weights = torch.softmax(scores, dim=-1)                 # each query's row sums to 1
+    q, k, v = x @ w_q, x @ w_k, x @ w_v        # (B,N,E), (B,N,E), (B,N,M)
+    E = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)        # (B, N, N)
+    weights = softmax(scores, dim=-1)  # over keys: rows sum to 1
     return weights @ v, weights
 
 

@@ -34,9 +34,9 @@ def _split_oracle(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(B, N, H·D) -> (B, H, N, D): head h gets features h·D ... (h+1)·D - 1 of every token."""
-    B, N, HD = x.shape
-    D = HD // num_heads
-    return x.reshape(B, N, num_heads, D).transpose(1, 2)   # (B, N, H, D) -> (B, H, N, D)
+    B, N, E = x.shape
+    x = x.reshape(B, N, num_heads, E // num_heads)   # cut the features
+    return x.permute(0, 2, 1, 3)                     # (B, H, N, D)
 
 
 def _split_no_permute(x, num_heads):
@@ -103,7 +103,8 @@ def _merge_oracle(x: torch.Tensor) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, H, N, D) -> (B, N, H·D): the inverse of split_heads."""
     B, H, N, D = x.shape
-    return x.transpose(1, 2).reshape(B, N, H * D)   # (B, N, H, D), then glue the heads
+    x = x.permute(0, 2, 1, 3)                        # (B, N, H, D)
+    return x.reshape(B, N, H * D)                    # copies: not contiguous
 
 
 def _merge_no_permute(x):
@@ -172,15 +173,13 @@ def _mha_oracle(x, w_qkv, w_o, num_heads):
 def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor,
                          num_heads: int) -> torch.Tensor:
     """Multi-head self-attention: x (B, N, E) -> (B, N, E), heads of width D = E / H."""
-    B, N, E = x.shape
-    D = E // num_heads
-    q, k, v = (x @ w_qkv).split(E, dim=-1)                     # three (B, N, E)
-    q, k, v = (t.reshape(B, N, num_heads, D).transpose(1, 2)   # three (B, H, N, D)
-               for t in (q, k, v))
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)   # (B, H, N, N)
-    heads = weights @ v                                        # (B, H, N, D)
-    merged = heads.transpose(1, 2).reshape(B, N, E)            # (B, N, H·D)
-    return merged @ w_o                                        # output projection
+    E = x.shape[-1]
+    q, k, v = (split_heads(t, num_heads)
+               for t in (x @ w_qkv).split(E, dim=-1))   # (B, H, N, D)
+    D = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)     # (B, H, N, N)
+    heads = torch.softmax(scores, dim=-1) @ v           # (B, H, N, D)
+    return merge_heads(heads) @ w_o            # (B, N, E)
 
 
 def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None):

@@ -25,9 +25,7 @@ def _causal_oracle(n: int) -> torch.Tensor:
 
 def causal_mask(n: int) -> torch.Tensor:
     """(n, n) bool, True where query i may attend key j, i.e. j <= i (the past and itself)."""
-    i = torch.arange(n)[:, None]      # query positions, a column
-    j = torch.arange(n)[None, :]      # key positions, a row
-    return j <= i
+    return torch.ones(n, n, dtype=torch.bool).tril()
 
 
 CAUSAL_MASK = Exercise(
@@ -88,8 +86,7 @@ def _padding_oracle(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
 
 def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """tokens (B, N) -> bool (B, 1, 1, N): True for real tokens; broadcasts over heads, queries."""
-    real = tokens != pad_id                 # (B, N)
-    return real[:, None, None, :]           # add the head and query axes
+    return (tokens != pad_id)[:, None, None, :]
 
 
 PADDING_MASK = Exercise(
@@ -159,14 +156,14 @@ def _masked_oracle(q, k, v, mask):
 def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
     """softmax(QKᵀ/√E with -inf where mask is False) V; a query with no allowed key gets zeros."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])    # (..., L, S)
-    scores = scores.masked_fill(~mask, float("-inf"))           # forbidden keys: weight 0
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
     m = scores.amax(dim=-1, keepdim=True)
-    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)     # dead row: any finite shift
-    e = torch.exp(scores - m)                                   # exp(-inf) = 0
+    m = m.clamp(min=torch.finfo(scores.dtype).min)  # finite even on a dead row
+    e = torch.exp(scores - m)                       # hidden keys: exp(-inf) = 0
     z = e.sum(dim=-1, keepdim=True)
-    weights = e / torch.where(z == 0, torch.ones_like(z), z)    # dead row: 0 / 1 = 0
-    return weights @ v
+    z = torch.where(z == 0, torch.ones_like(z), z)  # dead row: 0 / 1 = 0
+    return (e / z) @ v
 
 
 def _scores(q, k):

@@ -14,9 +14,9 @@ def _flops_cases(gen) -> list[Case]:
 
 def attention_flops(n: int, d: int) -> int:
     """FLOPs of QKᵀ and weights·V for one head of n tokens, width d: 2·(2·n·n·d) = 4n²d."""
-    scores = 2 * n * n * d        # (n, d) @ (d, n): n·n dot products of d multiply-adds
-    mix = 2 * n * n * d           # (n, n) @ (n, d): n·d dot products of n multiply-adds
-    return scores + mix
+    scores = 2 * n * n * d          # (n, d) @ (d, n)
+    weighted_sum = 2 * n * n * d    # (n, n) @ (n, d)
+    return scores + weighted_sum
 
 
 ATTENTION_FLOPS = Exercise(

@@ -46,14 +46,15 @@ def _stats_oracle_iter(blocks):
 
 
 def online_softmax_stats(blocks) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pass over 1-D blocks: m = max of all entries, l = Σ exp(x - m), rescaled as m grows."""
+    """One pass over 1-D blocks: m = max of all entries, ℓ = Σ exp(x - m), rescaled as m grows."""
     m = torch.tensor(float("-inf"))
-    l = torch.tensor(0.0)
+    ell = torch.tensor(0.0)
     for block in blocks:
-        m_new = torch.maximum(m, block.max())             # running maximum
-        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum()   # re-base the old sum
+        m_new = torch.maximum(m, block.max().to(m.dtype))   # (eq-online-m)
+        ell = (torch.exp(m - m_new) * ell                    # (eq-online-l)
+               + torch.exp(block - m_new).sum())
         m = m_new
-    return m, l
+    return m, ell
 
 
 def _like(blocks, m, l):
@@ -149,22 +150,22 @@ def _flash_oracle(q, k, v, block_size=64):
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     block_size: int = 64) -> torch.Tensor:
     """Attention (B, H, N, D) -> (B, H, N, D) over key blocks; never builds the N×N scores."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    N = k.shape[-2]
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)   # running row max
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)                # running row sum
-    acc = torch.zeros_like(q)                                          # running Σ p·v
-    for start in range(0, N, block_size):
-        kb = k[..., start:start + block_size, :]                       # (B, H, b, D)
-        vb = v[..., start:start + block_size, :]
-        s = q @ kb.transpose(-2, -1) * scale                           # (B, H, N, b)
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        p = torch.exp(s - m_new)
-        correction = torch.exp(m - m_new)                              # re-base old terms
-        l = l * correction + p.sum(dim=-1, keepdim=True)
-        acc = acc * correction + p @ vb
+    s = 1.0 / math.sqrt(q.shape[-1])
+    rows = q.shape[:-1] + (1,)
+    m = torch.full(rows, float("-inf"), dtype=q.dtype)   # running max
+    ell = torch.zeros(rows, dtype=q.dtype)               # running sum
+    O = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    for j0 in range(0, k.shape[-2], block_size):
+        k_j = k[..., j0:j0 + block_size, :]
+        v_j = v[..., j0:j0 + block_size, :]
+        S_j = (q @ k_j.transpose(-2, -1)) * s            # (B, H, N, b)
+        m_new = torch.maximum(m, S_j.amax(dim=-1, keepdim=True))
+        P_j = torch.exp(S_j - m_new)
+        alpha = torch.exp(m - m_new)                     # re-base old terms
+        ell = alpha * ell + P_j.sum(dim=-1, keepdim=True)
+        O = alpha * O + P_j @ v_j
         m = m_new
-    return acc / l
+    return O / ell
 
 
 def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
@@ -201,22 +202,23 @@ FLASH_ATTENTION = Exercise(
     forbidden=("sdpa",),
     hints=(
         "Loop over blocks of block_size keys (and the matching values). For each query keep a "
-        "running max m, a running sum l of exp(score - m) and a running output acc = Σ p·v.",
-        "When a block raises the max from m to m_new, multiply both l and acc by "
-        "exp(m - m_new) before adding the block's terms. Divide acc by l at the very end. "
+        "running max m, a running sum ℓ (ell) of exp(score - m) and a running output "
+        "O = Σ P·v.",
+        "When a block raises the max from m to m_new, multiply both ℓ and O by "
+        "α = exp(m - m_new) before adding the block's terms. Divide O by ℓ at the very end. "
         "Scale the scores by 1/√D.",
-        "for each key block: s = q @ kbᵀ / √D; m_new = max(m, s.amax(-1)); p = exp(s - m_new); "
-        "c = exp(m - m_new); l = l*c + p.sum(-1); acc = acc*c + p @ vb; m = m_new. "
-        "Return acc / l.",
+        "for each key block j: S_j = q @ k_jᵀ / √D; m_new = max(m, S_j.amax(-1)); "
+        "P_j = exp(S_j - m_new); alpha = exp(m - m_new); ell = alpha*ell + P_j.sum(-1); "
+        "O = alpha*O + P_j @ v_j; m = m_new. Return O / ell.",
     ),
     mistakes=(
         Mistake("sum_not_rescaled", "When a block raises the running max, you did not rescale "
-                "the running sum l: multiply it by exp(m_old - m_new) before adding the new "
+                "the running sum ℓ: multiply it by α = exp(m_old - m_new) before adding the new "
                 "block.", lambda q, k, v, b=64: _flash(q, k, v, b, rescale_l=False)),
         Mistake("output_not_rescaled", "When a block raises the running max, you did not "
-                "rescale the running output: multiply acc by exp(m_old - m_new) too.",
+                "rescale the running output: multiply O by α = exp(m_old - m_new) too.",
                 lambda q, k, v, b=64: _flash(q, k, v, b, rescale_acc=False)),
-        Mistake("missing_final_division", "You forgot the final division: return acc / l "
+        Mistake("missing_final_division", "You forgot the final division: return O / ℓ "
                 "(the weights only sum to 1 after it).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, divide=False)),
         Mistake("no_scaling", "You forgot to scale the scores by 1/√D (D = q.shape[-1]).",

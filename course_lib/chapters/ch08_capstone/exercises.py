@@ -41,9 +41,8 @@ def induction_score(attn: torch.Tensor, period: int) -> float:
     tokens repeat with this period (token i equals token i - period).
     """
     n = attn.shape[-1]
-    rows = torch.arange(period, n)          # the queries inside the repeat
-    cols = rows - period + 1                # the token right after the earlier occurrence
-    return attn[rows, cols].mean().item()
+    rows = torch.arange(period, n)             # queries inside the repeat
+    return attn[rows, rows - period + 1].mean().item()
 
 
 def _same_token(attn, period):            # the earlier copy of the same token

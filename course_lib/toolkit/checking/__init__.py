@@ -29,11 +29,11 @@ wrong values add value-dependent details (index of the first wrong entry, larges
 
 Adding an exercise
 ------------------
-One declaration in one module: create ``course_lib/exercises/<name>.py`` (any name not starting
-with ``_``) holding a module-level :class:`Exercise`; :func:`list_exercises` discovers it::
+One declaration in the chapter's module: ``course_lib/chapters/<chapter>/exercises.py`` holds
+module-level :class:`Exercise` objects; :func:`list_exercises` discovers every such module::
 
     import torch
-    from ._spec import Case, Exercise, Mistake
+    from course_lib.toolkit.checking import Case, Exercise, Mistake
 
     def _cases(gen: torch.Generator) -> list[Case]:          # fresh random inputs every check
         x = torch.randn(4, 7, generator=gen)
