@@ -152,13 +152,16 @@ def test_docstring_recipe_for_a_new_exercise_works():
     assert result.mistake == "forgot_factor"
 
 
-def test_every_catalogue_module_is_discovered():
+def test_every_chapter_exercise_module_is_discovered():
     from pathlib import Path
 
-    pkg = Path(exercises.__file__).parent
-    modules = {p.stem for p in pkg.glob("*.py") if not p.stem.startswith("_")}
-    found = {e.solution.__module__.rsplit(".", 1)[-1] for e in registry().values()}
-    assert modules == found
+    import course_lib.chapters
+
+    root = Path(course_lib.chapters.__file__).parent
+    modules = {f"course_lib.chapters.{p.parent.name}.exercises"
+               for p in root.glob("*/exercises.py")}
+    found = {e.solution.__module__ for e in registry().values()}
+    assert modules == found and len(modules) == 8
 
 
 def test_hint_displays_as_html_box():

@@ -128,7 +128,7 @@ def self_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
     q, k, v = x @ w_q, x @ w_k, x @ w_v        # (B,N,E), (B,N,E), (B,N,M)
     E = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(E)        # (B, N, N)
-    weights = softmax(scores, dim=-1)  # over keys: rows sum to 1
+    weights = torch.softmax(scores, dim=-1)     # over keys: rows sum to 1
     return weights @ v, weights
 
 

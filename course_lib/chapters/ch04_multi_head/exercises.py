@@ -173,13 +173,14 @@ def _mha_oracle(x, w_qkv, w_o, num_heads):
 def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor,
                          num_heads: int) -> torch.Tensor:
     """Multi-head self-attention: x (B, N, E) -> (B, N, E), heads of width D = E / H."""
-    E = x.shape[-1]
-    q, k, v = (split_heads(t, num_heads)
-               for t in (x @ w_qkv).split(E, dim=-1))   # (B, H, N, D)
-    D = q.shape[-1]
+    B, N, E = x.shape
+    D = E // num_heads
+    q, k, v = (t.reshape(B, N, num_heads, D).permute(0, 2, 1, 3)   # split heads
+               for t in (x @ w_qkv).split(E, dim=-1))            # (B, H, N, D)
     scores = q @ k.transpose(-2, -1) / math.sqrt(D)     # (B, H, N, N)
     heads = torch.softmax(scores, dim=-1) @ v           # (B, H, N, D)
-    return merge_heads(heads) @ w_o            # (B, N, E)
+    merged = heads.permute(0, 2, 1, 3).reshape(B, N, E)  # merge heads: (B, N, E)
+    return merged @ w_o
 
 
 def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None):
