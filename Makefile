@@ -21,7 +21,7 @@ BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book
 help:
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
 	@echo "make test   - lint, unit tests, nbval over book/*.ipynb, build the book, browser test"
-	@echo "make bench  - run the CPU benchmark and write bench/results/"
+	@echo "make bench  - run the CPU benchmark and write course_lib/toolkit/bench/results/"
 
 # torch==2.13.0 resolves to the CPU wheel on the course machines; constraints.txt pins the whole
 # Python stack (jupyter-book==1.0.4.post1 and everything under it) so pip cannot wander.
@@ -75,7 +75,7 @@ browser: book
 test: lint unit nbval browser
 
 bench: install
-	$(BIN)/python -m course_lib.bench --out bench/results
+	$(BIN)/python -m course_lib.bench --out course_lib/toolkit/bench/results
 
 clean:
 	rm -rf _build .pytest_cache
