@@ -33,7 +33,7 @@ class _UsageError(Exception):
     """A problem with the command line or the learner's file: exit status 2."""
 
 
-def _exercises():  # noqa: ANN202 - imported lazily so `--help` stays fast
+def _exercises():  # imported lazily so `--help` stays fast
     from course_lib import exercises
 
     return exercises
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. `python -m course_lib list | head`
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            sys.stdout = open(os.devnull, "w")  # silence the flush at exit
         except Exception:
             pass
         return EXIT_PASS

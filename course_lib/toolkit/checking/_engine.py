@@ -65,7 +65,7 @@ def is_untouched(fn: Callable[..., Any]) -> bool:
     return False
 
 
-def _trivial_bytecode(code) -> bool:  # noqa: ANN001
+def _trivial_bytecode(code) -> bool:
     """Only loads of None/Ellipsis and returns: the body is ``...``, ``pass`` or a docstring."""
     for ins in dis.get_instructions(code):
         if ins.opname in ("LOAD_CONST", "RETURN_CONST") and ins.argval not in (None, ...):

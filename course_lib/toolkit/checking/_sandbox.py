@@ -63,7 +63,7 @@ class _Watch(TorchDispatchMode):
         # imports torch._dynamo (seconds): that would eat into the learner's time limit.
         return False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
         if name in self.aten_names:
             if self.outcome.forbidden is None:
@@ -87,7 +87,7 @@ class _FunctionWatch(TorchFunctionMode):
         self.names = names
         self.outcome = outcome
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         label = self.names.get(getattr(func, "__name__", ""))
         if label is not None:
             if self.outcome.forbidden is None:
@@ -156,7 +156,7 @@ def learner_traceback(exc: BaseException) -> str:
     return head + "\n".join(keep) + ("\n" if keep else "") + last
 
 
-def _importing(frame) -> bool:  # noqa: ANN001
+def _importing(frame) -> bool:
     """Whether ``frame`` runs inside an import (stopping there would leave a broken module)."""
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib"):
@@ -176,12 +176,12 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
 
     stop = [False]  # set by this thread on time-out; the worker's tracer then raises
 
-    def local_trace(frame, event, arg):  # noqa: ANN001, ANN202
+    def local_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
             raise _TimeLimit
         return local_trace
 
-    def global_trace(frame, event, arg):  # noqa: ANN001, ANN202
+    def global_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
             raise _TimeLimit
         label = codes.get(frame.f_code)
