@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from course_lib.toolkit.display import markdown_table as markdown_table  # used by the chapter
+
 # ----------------------------------------------------------------------------- textbook code
 
 
