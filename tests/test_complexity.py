@@ -1,4 +1,4 @@
-"""course_lib.complexity: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
+"""Chapter 6 helpers: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
 
 from __future__ import annotations
 

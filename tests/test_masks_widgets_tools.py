@@ -1,4 +1,4 @@
-"""course_lib.mask_tools: textbook code, mask conventions, L != S alignment, fill values."""
+"""Chapter 5 helpers: textbook code, mask conventions, L != S alignment, fill values."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import torch
 import torch.nn.functional as F
-from course_lib.multihead import MultiHeadAttention
 from torch.nn.attention.bias import causal_lower_right
 
 from course_lib import masks, reference
+from course_lib.attention import MultiHeadAttention
 from course_lib.chapters.ch05_masks import helpers as mt
 
 

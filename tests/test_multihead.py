@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from course_lib.multihead import MultiHeadAttention
 from torch import nn
 
 from course_lib import IMPLEMENTATIONS, masks
+from course_lib.attention import MultiHeadAttention
 
 D, H = 24, 4
 

@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
-from course_lib.reference import attention_weights
 
+from course_lib.attention.reference import attention_weights
 from course_lib.chapters.ch04_multi_head import explorer as wm
 from course_lib.chapters.ch04_multi_head import helpers as mt
 from course_lib.chapters.ch04_multi_head import plots as pm

@@ -1,11 +1,10 @@
-"""course_lib.multihead_tools: split/merge, parameter counts, residual/norm demos."""
+"""Chapter 4 helpers: split/merge, parameter counts, residual/norm demos."""
 
 import pytest
 import torch
-from course_lib.multihead import MultiHeadAttention
 from torch import nn
 
-from course_lib.attention import TransformerBlock
+from course_lib.attention import MultiHeadAttention, TransformerBlock
 from course_lib.chapters.ch04_multi_head import helpers as mt
 
 

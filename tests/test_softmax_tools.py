@@ -1,4 +1,4 @@
-"""course_lib.softmax_tools: stable forms, thresholds, Jacobian, softmax in blocks."""
+"""Chapter 3 helpers: stable forms, thresholds, Jacobian, softmax in blocks."""
 
 import math
 

@@ -1,7 +1,8 @@
 """Plotting primitives shared by every chapter: one style, one heatmap.
 
 Figures use an opaque white background and mid-saturation colours so they read the same on the
-book's light and dark themes. Topic-specific figures live in ``course_lib.plots.<topic>``.
+book's light and dark themes. Topic-specific figures live in
+``course_lib.chapters.<chapter>.plots``.
 """
 
 from __future__ import annotations

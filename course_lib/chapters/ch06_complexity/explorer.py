@@ -15,7 +15,7 @@ HEADS = 8
 
 
 def cost_breakdown(n: int, d: int) -> dict[str, int]:
-    """FLOPs per component of one layer (:func:`course_lib.complexity.layer_flops_breakdown`)."""
+    """FLOPs per component of one layer (:func:`.helpers.layer_flops_breakdown`)."""
     return cx.layer_flops_breakdown(n, d, num_heads=HEADS if d % HEADS == 0 else 1)
 
 

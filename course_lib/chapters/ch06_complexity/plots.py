@@ -54,7 +54,7 @@ def plot_memory_vs_n(ax: plt.Axes, ns: Sequence[int], heads: int,
 
 def plot_measured(axes: Sequence[plt.Axes], records: list[dict[str, Any]],
                   title_suffix: str = "", min_n: int = 0) -> dict[str, dict[str, float]]:
-    """Two log-log panels from :func:`course_lib.complexity.sweep` records: time and peak extra
+    """Two log-log panels from :func:`.helpers.sweep` records: time and peak extra
     memory vs n, one line per implementation, slope (fitted on ``n >= min_n``) in the legend.
     Returns the slopes."""
     fitted = {"seconds": cx.slopes(records, "seconds", min_n),

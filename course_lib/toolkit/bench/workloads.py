@@ -2,7 +2,7 @@
 
 A *workload factory* builds its inputs once and returns ``run()``; timing and memory measurement
 only ever call ``run()``. Factories are addressed by name (``"attention"``, ``"allocate"``) so a
-fresh subprocess can rebuild the very same workload (see :mod:`course_lib.bench.memory`).
+fresh subprocess can rebuild the very same workload (see :mod:`course_lib.toolkit.bench.memory`).
 """
 
 from __future__ import annotations
