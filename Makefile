@@ -31,7 +31,7 @@ help:
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
 	@echo "make test   - lint, unit tests, nbval over book/*.ipynb (native + perturbed), book, browser"
 	@echo "make notebooks - re-execute every notebook in place (after changing a chapter or course_lib)"
-	@echo "make bench  - run the CPU benchmark and write bench/results/"
+	@echo "make bench  - run the CPU benchmark and write course_lib/toolkit/bench/results/"
 
 # torch==2.13.0 resolves to the CPU wheel on the course machines; constraints.txt pins the whole
 # Python stack (jupyter-book==1.0.4.post1 and everything under it) so pip cannot wander.
@@ -113,7 +113,7 @@ lab: install
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 bench: install
-	$(BIN)/python -m course_lib.bench --out bench/results
+	$(BIN)/python -m course_lib.bench --out course_lib/toolkit/bench/results
 
 clean:
 	rm -rf _build .pytest_cache

@@ -6,27 +6,36 @@ Three interchangeable attention implementations share torch's SDPA signature, qu
     from course_lib import IMPLEMENTATIONS
     for name, attend in IMPLEMENTATIONS.items():
         out = attend(q, k, v, is_causal=True)  # (..., L, Ev)
+
+Layers: ``course_lib.attention`` (the core, torch only), ``course_lib.toolkit`` (display,
+plotting style, explorer base, the exercise checker, the benchmark) and ``course_lib.chapters``
+(one package per chapter). The names learners use are re-exported here, and the modules
+``course_lib.reference``, ``.flash``, ``.sdpa``, ``.masks``, ``.multihead``, ``.exercises`` and
+``.bench`` stay importable under those names (``python -m course_lib.bench`` included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
 
-import torch
-
-from . import flash, masks, reference, sdpa
+from .attention import (
+    IMPLEMENTATIONS,
+    AttentionFn,
+    MultiHeadAttention,
+    flash,
+    masks,
+    multihead,
+    reference,
+    sdpa,
+)
+from .toolkit import bench
+from .toolkit import checking as exercises
 
 __version__ = "0.1.0"
 
-AttentionFn = Callable[..., torch.Tensor]
+for _name, _module in {"reference": reference, "flash": flash, "sdpa": sdpa, "masks": masks,
+                       "multihead": multihead, "exercises": exercises, "bench": bench}.items():
+    sys.modules.setdefault(f"{__name__}.{_name}", _module)  # import course_lib.<name> still works
 
-IMPLEMENTATIONS: dict[str, AttentionFn] = {
-    "reference": reference.scaled_dot_product_attention,
-    "flash": flash.scaled_dot_product_attention,
-    "sdpa": sdpa.scaled_dot_product_attention,
-}
-
-from . import multihead  # noqa: E402  (uses IMPLEMENTATIONS at call time)
-
-__all__ = ["IMPLEMENTATIONS", "AttentionFn", "flash", "masks", "multihead", "reference", "sdpa",
-           "__version__"]
+__all__ = ["IMPLEMENTATIONS", "AttentionFn", "MultiHeadAttention", "bench", "exercises", "flash",
+           "masks", "multihead", "reference", "sdpa", "__version__"]

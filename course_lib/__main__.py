@@ -34,7 +34,7 @@ class _UsageError(Exception):
     """A problem with the command line or the learner's file: exit status 2."""
 
 
-def _exercises():  # noqa: ANN202 - imported lazily so `--help` stays fast
+def _exercises():  # imported lazily so `--help` stays fast
     from course_lib import exercises
 
     return exercises
@@ -115,7 +115,7 @@ def cmd_solution(args: argparse.Namespace) -> int:
 
 
 def cmd_progress(args: argparse.Namespace) -> int:
-    from course_lib.exercises import _progress, _progress_view
+    from course_lib.toolkit.checking import _progress, _progress_view
 
     path = _exercises().progress_path()
     if args.reset:
@@ -147,7 +147,7 @@ def cmd_progress(args: argparse.Namespace) -> int:
 
 
 def cmd_workbook(args: argparse.Namespace) -> int:
-    from course_lib import workbook
+    from course_lib.toolkit import workbook
 
     try:
         report = workbook.write_workbook(args.dir, source=args.source, force=args.force)
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:  # e.g. `python -m course_lib list | head`
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            sys.stdout = open(os.devnull, "w")  # silence the flush at exit
         except Exception:
             pass
         return EXIT_PASS

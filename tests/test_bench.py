@@ -6,17 +6,15 @@ No assertion here depends on how fast the machine is.
 from __future__ import annotations
 
 import copy
-import io
 import json
 
 import pytest
 import torch
 
-from course_lib import bench
-from course_lib.bench import report, timing
-from course_lib.bench.__main__ import _ints, build_parser, main
-from course_lib.bench.progress import Progress
-from course_lib.bench.workloads import attention, implementations
+from course_lib.toolkit import bench
+from course_lib.toolkit.bench import report, timing
+from course_lib.toolkit.bench.__main__ import _ints, build_parser, main
+from course_lib.toolkit.bench.workloads import attention, implementations
 
 
 def test_attention_flops_formula():
@@ -33,7 +31,7 @@ def test_attention_flops_formula():
 def test_attention_flops_matches_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
-    from course_lib.reference import scaled_dot_product_attention
+    from course_lib.attention.reference import scaled_dot_product_attention
 
     q = k = v = torch.randn(1, 2, 32, 8)
     with FlopCounterMode(display=False) as fc:  # counts the two matmuls of the textbook path
@@ -60,8 +58,11 @@ def test_interleaved_rounds_rotates_order_and_counts():
     parts = {name: (lambda name=name: calls.append(name)) for name in "abc"}
     times = bench.interleaved_rounds(parts, rounds=3, warmup=1, min_sample_s=0.0)
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
-    timed = calls[3:]  # the first three are warm-up calls
-    assert timed == list("abc") + list("bca") + list("cab")
+    # each time_call is one torch.utils.benchmark.Timer.timeit: 2 warm-up calls, then the timed
+    # one; the first time_call of each participant picks the calls per sample
+    assert calls[:9] == list("aaabbbccc")
+    timed = calls[9:]
+    assert timed[::3] == list("abc") + list("bca") + list("cab") and len(timed) == 27
     with pytest.raises(ValueError):
         bench.interleaved_rounds(parts, rounds=0)
 
@@ -164,21 +165,51 @@ def test_result_stem():
 def test_cli_parsing():
     args = build_parser().parse_args(["--n", "256,512", "1024", "--causal", "yes", "--backward"])
     assert _ints(args.n) == [256, 512, 1024] and args.causal == "yes" and args.backward
-    assert build_parser().parse_args([]).out == "bench/results"
+    assert build_parser().parse_args([]).out == str(bench.RESULTS_DIR)
     assert build_parser().parse_args([]).memory == "fresh"
     assert build_parser().parse_args(["--memory", "batched"]).memory == "batched"
 
 
-def test_progress_bar_writes_to_its_stream():
-    buf = io.StringIO()
-    bar = Progress(4, desc="bench", stream=buf)
-    for i in range(4):
-        bar.update(f"step {i}")
-    bar.close()
-    assert "4/4 100%" in buf.getvalue() and "[####" in buf.getvalue()
-    silent = io.StringIO()
-    Progress(2, stream=silent, enabled=False).update("x")
-    assert silent.getvalue() == ""
+def test_progress_bar_is_tqdm_and_quiet_means_silent(capsys):
+    bench.run_sweep([16], impls=["sdpa"], causal=[False], rounds=1, memory=False,
+                    matmul_size=16, min_sample_s=0.0, progress=True)
+    err = capsys.readouterr().err
+    assert "bench: 100%" in err and "2/2" in err  # tqdm's line: sdpa and the matmul yardstick
+    bench.run_sweep([16], impls=["sdpa"], causal=[False], rounds=1, memory=False,
+                    matmul_size=16, min_sample_s=0.0, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_sweeps_restore_torch_threads():
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        data = bench.run_sweep([16], impls=["sdpa"], causal=[False], rounds=1, memory=False,
+                               matmul_size=16, min_sample_s=0.0, threads=1, progress=False)
+        assert data["meta"]["threads"] == 1 and torch.get_num_threads() == 2
+        bench.quick_sweep({"sdpa": torch.nn.functional.scaled_dot_product_attention}, [16],
+                          heads=1, d=4, repeats=1, min_total_s=0.0, threads=1, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_time_call_counts_timer_warmup_and_checks_its_arguments():
+    calls: list[int] = []
+    t = bench.time_call(lambda: calls.append(1), number=5)
+    assert len(calls) == 2 + 5 and t > 0  # Timer.timeit: max(number // 100, 2) warm-up calls
+    seconds, user, system = bench.time_call_split(lambda: None, clock="wall")
+    assert seconds > 0 and user != user and system != system  # NaN: no split on the wall clock
+    with pytest.raises(ValueError, match="clock"):
+        bench.time_call(lambda: None, clock="gpu")
+    with pytest.raises(ValueError, match="number"):
+        bench.time_call(lambda: None, number=0)
+
+
+def test_best_time_runs_at_least_repeats():
+    calls: list[int] = []
+    best, _, _ = bench.best_time(lambda: calls.append(1), repeats=4)
+    assert len(calls) == 4 * 3 and best > 0  # each run: 2 warm-up calls + the timed one
 
 
 def test_tiny_sweep_end_to_end(tmp_path, capsys):

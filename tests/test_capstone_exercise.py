@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from course_lib import exercises
-from course_lib.exercises import ch08_capstone
+from course_lib.chapters.ch08_capstone import exercises as ch08_capstone
 
 
 def test_listed_for_the_capstone() -> None:

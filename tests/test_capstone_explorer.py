@@ -6,13 +6,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_lib.capstone import probes, train  # noqa: E402
-from course_lib.widgets import capstone as cap_widgets  # noqa: E402
+from course_lib.chapters.ch08_capstone import explorer as cap_widgets
+from course_lib.chapters.ch08_capstone import probes, train
 
 
 @pytest.fixture(scope="module")

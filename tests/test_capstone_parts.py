@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.capstone import probes, tasks
-from course_lib.capstone.model import TinyTransformer, sinusoidal_positions
-from course_lib.exercises import ch08_capstone
+from course_lib.chapters.ch08_capstone import exercises as ch08_capstone
+from course_lib.chapters.ch08_capstone import probes, tasks
+from course_lib.chapters.ch08_capstone.model import TinyTransformer, sinusoidal_positions
 
 # ------------------------------------------------------------------------------------ tasks
 

@@ -9,9 +9,9 @@ import sys
 import textwrap
 
 import pytest
+from course_lib.exercises import load_progress
 
 from course_lib.__main__ import _EXTRA_COMMANDS, add_command, main
-from course_lib.exercises import load_progress
 
 SOLUTION = textwrap.dedent('''
     import torch

@@ -1,16 +1,15 @@
-"""course_lib.complexity: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
+"""Chapter 6 helpers: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 
 import pytest
 import torch
 
-from course_lib import complexity as cx
 from course_lib import reference
+from course_lib.chapters.ch06_complexity import helpers as cx
 
 
 @pytest.mark.parametrize("n,d", [(1, 1), (7, 3), (128, 64), (100, 48)])
@@ -113,41 +112,21 @@ def test_peak_extra_memory_sees_a_big_temporary():
     assert 0.9 * nbytes <= peak <= 1.5 * nbytes
 
 
-def test_time_call_min_total_and_progress_bar():
-    calls = []
-    t = cx.time_call(lambda: calls.append(1), repeats=3, warmup=2, min_total_s=0.0)
-    assert len(calls) == 5 and t >= 0
-    stream = io.StringIO()
-    bar = cx.ProgressBar(4, "demo", width=8, stream=stream)
-    for i in range(4):
-        bar.step(f"item {i}")
-    text = stream.getvalue()
-    assert "demo [##......] 1/4" in text and "demo [########] 4/4" in text
-    assert text.endswith("\n") and text.count("\n") == 1
-
-
 def test_sweep_records_and_memory_slopes():
     impls = {"reference": reference.scaled_dot_product_attention}
+    saved = torch.get_num_threads()
     recs = cx.sweep(impls, ns=(64, 128), heads=2, d=16, repeats=1, min_total_s=0.0,
-                    progress=False)
+                    threads=1, progress=False)
+    assert torch.get_num_threads() == saved
     assert [(r["impl"], r["n"]) for r in recs] == [("reference", 64), ("reference", 128)]
     for r in recs:
         assert r["flops"] == 2 * 4 * r["n"] ** 2 * 16
         assert r["seconds"] > 0 and math.isclose(r["gflops_per_s"], r["flops"] / r["seconds"] / 1e9)
-    assert torch.get_num_threads() >= 1
+        assert r["user_seconds"] + r["system_seconds"] == pytest.approx(r["seconds"])
 
 
 def test_committed_benchmark_missing_dir_returns_none(tmp_path):
     assert cx.committed_benchmark(tmp_path) is None
-
-
-def test_progress_bar_in_book_mode_writes_only_the_final_state(monkeypatch):
-    monkeypatch.setenv("COURSE_LIB_BOOK", "1")
-    stream = io.StringIO()
-    bar = cx.ProgressBar(3, "demo", width=6, stream=stream)
-    for _ in range(3):
-        bar.step()
-    assert stream.getvalue().count("demo [") == 1 and "3/3" in stream.getvalue()
 
 
 def test_memory_and_measured_rows():
@@ -183,9 +162,9 @@ def test_time_call_split_cpu_clock_sees_system_time():
             m[i] = 1
         m.close()
 
-    best, user, system = cx.time_call_split(touch_fresh_pages, repeats=3, clock="cpu")
+    best, user, system = cx.time_call_split(touch_fresh_pages, clock="cpu")
     assert best == pytest.approx(user + system) and system > 0
-    wall = cx.time_call_split(lambda: None, repeats=1, clock="wall")
+    wall = cx.time_call_split(lambda: None, clock="wall")
     assert math.isnan(wall[1]) and math.isnan(wall[2])
     with pytest.raises(ValueError):
         cx.time_call_split(lambda: None, clock="gpu")

@@ -6,13 +6,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
-from course_lib import complexity as cx  # noqa: E402
-from course_lib.plots import complexity as cplots  # noqa: E402
-from course_lib.widgets import complexity as cw  # noqa: E402
+from course_lib.chapters.ch06_complexity import explorer as cw
+from course_lib.chapters.ch06_complexity import helpers as cx
+from course_lib.chapters.ch06_complexity import plots as cplots
 
 
 @pytest.mark.parametrize("n,d", [(1024, 512), (64, 2048), (16384, 64)])

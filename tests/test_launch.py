@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from course_lib import workbook
+from course_lib.toolkit import workbook
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -89,7 +89,7 @@ def test_solution_checks_do_not_record_after_the_tool(tmp_path, monkeypatch):
     assert len(solutions) == 3
     for cell in solutions:
         exec(compile("".join(cell["source"]), "<solution cell>", "exec"), namespace)
-    from course_lib.exercises import _progress
+    from course_lib.toolkit.checking import _progress
 
     assert _progress.attempts() == []
 
@@ -98,7 +98,7 @@ def test_solution_checks_do_not_record_after_the_tool(tmp_path, monkeypatch):
 
 PROBE = textwrap.dedent('''
     import course_lib, json
-    from course_lib.exercises import _progress
+    from course_lib.toolkit.checking import _progress
     print(json.dumps({"file": course_lib.__file__, "attempts": _progress.attempts()}))
 ''')
 

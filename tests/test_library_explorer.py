@@ -4,13 +4,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from course_lib.library import attention_steps, embed, make_library, projections, soft_lookup
-from course_lib.plots.library import (
+from course_lib.chapters.ch01_library_analogy.explorer import draw_library, library_explorer
+from course_lib.chapters.ch01_library_analogy.helpers import (
+    attention_steps,
+    embed,
+    make_library,
+    projections,
+    soft_lookup,
+)
+from course_lib.chapters.ch01_library_analogy.plots import (
     plot_steps,
     plot_temperature_sweep,
     plot_tied_vs_untied,
 )
-from course_lib.widgets.library import draw_library, library_explorer
 
 
 def test_draw_library_plots_the_soft_lookup_of_the_interpolated_query():
@@ -60,7 +66,7 @@ def test_static_figures_draw():
 
 
 def test_diverging_heatmap_text_stays_readable():
-    from course_lib.plots.library import diverging_heatmap
+    from course_lib.chapters.ch01_library_analogy.plots import diverging_heatmap
 
     fig, ax = plt.subplots()
     m = torch.tensor([[-4.0, 0.1], [2.0, 4.0]])

@@ -7,13 +7,12 @@ import torch
 import torch.nn.functional as F
 
 from course_lib import reference
-from course_lib.library import (
+from course_lib.chapters.ch01_library_analogy.helpers import (
     attention_steps,
     embed,
     hard_lookup,
     interpolate,
     make_library,
-    markdown_table,
     projections,
     soft_lookup,
     tied_vs_untied_diagonal_rate,
@@ -89,17 +88,6 @@ def test_tied_projections_give_symmetric_scores_and_self_preference():
     assert tied_rate > 0.8 and untied_rate < 0.4
 
 
-def test_markdown_table_rounds_and_labels():
-    t = markdown_table(torch.tensor([[0.12345, -0.0], [1.0, 2.0]]), ["a", "b"], ["x", "y"], 2)
-    lines = t.splitlines()
-    assert lines[0] == "|  | x | y |"
-    assert lines[2] == "| **a** | 0.12 | 0.00 |"
-    with pytest.raises(ValueError):
-        markdown_table(torch.zeros(2, 3), ["a", "b"], ["x", "y"])
-
-
-def test_markdown_table_title_and_best():
-    t = markdown_table(torch.eye(2), ["a", "b"], ["x", "y"], title="Identity")
-    assert t.startswith("**Identity**\n\n|  | x | y |")
+def test_library_best():
     lib = make_library()
     assert lib.best(torch.tensor([0.1, 0.2, 0.6, 0.05, 0.05])) == "Rise of Rome"

@@ -6,15 +6,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_lib import masks, reference  # noqa: E402
-from course_lib.mask_tools import causal_mask_bottom_right  # noqa: E402
-from course_lib.plots import masks as mask_plots  # noqa: E402
-from course_lib.widgets import masks as mw  # noqa: E402
+from course_lib import masks, reference
+from course_lib.chapters.ch05_masks import explorer as mw
+from course_lib.chapters.ch05_masks import plots as mask_plots
+from course_lib.chapters.ch05_masks.helpers import causal_mask_bottom_right
 
 
 def test_batch_tokens_pads_only_the_chosen_sequence():

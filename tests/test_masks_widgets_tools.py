@@ -1,4 +1,4 @@
-"""course_lib.mask_tools: textbook code, mask conventions, L != S alignment, fill values."""
+"""Chapter 5 helpers: textbook code, mask conventions, L != S alignment, fill values."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from course_lib import mask_tools as mt
 from course_lib import masks, reference
-from course_lib.multihead import MultiHeadAttention
+from course_lib.attention import MultiHeadAttention
+from course_lib.chapters.ch05_masks import helpers as mt
 
 
 def test_textbook_attention_is_nan_on_dead_rows_and_matches_elsewhere():
@@ -87,5 +87,3 @@ def test_dead_row_verdict_and_table():
     assert mt.dead_row_verdict(torch.tensor([float("nan")] * 3)) == "NaN"
     assert mt.dead_row_verdict(torch.zeros(3)) == "zeros"
     assert mt.dead_row_verdict(torch.full((4,), 0.25)) == "uniform 1/4"
-    table = mt.markdown_table([{"a": 1.5, "b": -math.inf}, {"a": float("nan"), "b": "x"}])
-    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1.5 | -inf |", "| NaN | x |"]

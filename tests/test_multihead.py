@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from course_lib import IMPLEMENTATIONS, masks
-from course_lib.multihead import MultiHeadAttention
+from course_lib.attention import MultiHeadAttention
 
 D, H = 24, 4
 

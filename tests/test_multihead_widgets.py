@@ -4,15 +4,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_lib import multihead_tools as mt  # noqa: E402
-from course_lib.plots import multihead as pm  # noqa: E402
-from course_lib.reference import attention_weights  # noqa: E402
-from course_lib.widgets import multihead as wm  # noqa: E402
+from course_lib.attention.reference import attention_weights
+from course_lib.chapters.ch04_multi_head import explorer as wm
+from course_lib.chapters.ch04_multi_head import helpers as mt
+from course_lib.chapters.ch04_multi_head import plots as pm
 
 
 def _head_weights(layer, x, head):

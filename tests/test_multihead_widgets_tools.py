@@ -1,11 +1,11 @@
-"""course_lib.multihead_tools: split/merge, parameter counts, residual/norm demos."""
+"""Chapter 4 helpers: split/merge, parameter counts, residual/norm demos."""
 
 import pytest
 import torch
 from torch import nn
 
-from course_lib import multihead_tools as mt
-from course_lib.multihead import MultiHeadAttention
+from course_lib.attention import MultiHeadAttention, TransformerBlock
+from course_lib.chapters.ch04_multi_head import helpers as mt
 
 
 def test_split_merge_round_trip_and_layout():
@@ -42,14 +42,26 @@ def test_heads_do_not_change_parameter_count():
     assert counts == {mt.mha_parameter_formula(64)}
 
 
-def test_residual_block_norm_placement():
+def test_transformer_block_norm_placement():
     torch.manual_seed(0)
     x = torch.randn(2, 5, 16) * 3 + 1
-    post = mt.ResidualBlock(16, 2, norm_first=False)
+    post = TransformerBlock(16, 2, norm_first=False)
     y = post(x)  # post-norm ends with LayerNorm: each token has mean 0, variance 1
     torch.testing.assert_close(y.mean(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
-    pre = mt.ResidualBlock(16, 2, norm_first=True)
+    pre = TransformerBlock(16, 2, norm_first=True)
+    h = x + pre.attn(pre.ln1(x))                      # x + MHA(LN(x)), then x + MLP(LN(x))
+    torch.testing.assert_close(pre(x), h + pre.mlp(pre.ln2(h)))
     assert not torch.allclose(pre(x).mean(-1), torch.zeros(2, 5), atol=1e-2)
+
+
+def test_transformer_block_without_mlp_and_norm_returns_weights():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    block = TransformerBlock(16, 2, mlp=False, layer_norm=False)
+    out, w = block(x, is_causal=True, need_weights=True)
+    torch.testing.assert_close(out, x + block.attn(x, is_causal=True))
+    assert w.shape == (2, 2, 5, 5) and block.mlp is None and block.ln2 is None
+    assert torch.all(w.triu(1) == 0)
 
 
 def test_depth_profile_attention_only_collapses_residual_does_not():

@@ -15,7 +15,7 @@ import pytest
 
 from course_lib import exercises
 from course_lib.__main__ import main
-from course_lib.exercises import _progress
+from course_lib.toolkit.checking import _progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def test_concurrent_writers_lose_nothing(record_path, tmp_path):
 
 KILLED = textwrap.dedent('''
     import os, signal, sys
-    from course_lib.exercises import _progress
+    from course_lib.toolkit.checking import _progress
     conn = _progress.connect()
     conn.execute("BEGIN IMMEDIATE")
     for i in range(500):

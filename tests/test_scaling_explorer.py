@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.plots.scaling import plot_jacobian, plot_saturation, plot_variance
-from course_lib.scaling import entropy, random_qk, saturation_stats
-from course_lib.widgets.scaling import draw_scaling, scaling_explorer
+from course_lib.chapters.ch02_scaling.explorer import draw_scaling, scaling_explorer
+from course_lib.chapters.ch02_scaling.helpers import entropy, random_qk, saturation_stats
+from course_lib.chapters.ch02_scaling.plots import plot_jacobian, plot_saturation, plot_variance
 
 
 @pytest.mark.parametrize("scaling", ["scaled", "unscaled"])

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from course_lib.scaling import (
+from course_lib.chapters.ch02_scaling.helpers import (
     dot_product_variance,
     entropy,
     random_qk,

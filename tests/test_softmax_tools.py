@@ -1,11 +1,11 @@
-"""course_lib.softmax_tools: stable forms, thresholds, Jacobian, softmax in blocks."""
+"""Chapter 3 helpers: stable forms, thresholds, Jacobian, softmax in blocks."""
 
 import math
 
 import pytest
 import torch
 
-from course_lib import softmax_tools as st
+from course_lib.chapters.ch03_softmax import helpers as st
 
 
 @pytest.mark.parametrize("shape,dim", [((7,), -1), ((3, 5), -1), ((4, 6), 0), ((2, 3, 9), 1)])

@@ -4,13 +4,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_lib.plots import softmax as ps  # noqa: E402
-from course_lib.widgets import softmax as ws  # noqa: E402
+from course_lib.chapters.ch03_softmax import explorer as ws
+from course_lib.chapters.ch03_softmax import plots as ps
 
 
 @pytest.mark.parametrize("t,boost", [(1.0, 0.0), (0.1, 3.0), (10.0, -2.0)])

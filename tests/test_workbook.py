@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import exercises, workbook
+from course_lib import exercises
 from course_lib.__main__ import main
+from course_lib.toolkit import workbook
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"

@@ -6,7 +6,8 @@ A local Sphinx extension (``_config.yml`` -> ``sphinx.local_extensions: {book_wo
   any notebook runs, so executing the book never writes to the reader's own progress record
   (the solution cells also pass ``record=False``);
 * ``html-page-context``: adds "workbook" to the download menu of every chapter page: the
-  learner's copy of that chapter (no solutions, answers folded; see ``course_lib.workbook``);
+  learner's copy of that chapter (no solutions, answers folded;
+  see ``course_lib.toolkit.workbook``);
 * ``build-finished``: writes those copies to ``_build/html/workbook/NN_name.ipynb``. A chapter
   whose solution cell is not tagged ``solution`` is reported as a warning (an error under ``-W``)
   instead of being published with its solution.
@@ -55,7 +56,7 @@ def _build_finished(app, exception) -> None:
 
     from sphinx.util import logging
 
-    from course_lib.workbook import WorkbookError, dumps, learner_copy
+    from course_lib.toolkit.workbook import WorkbookError, dumps, learner_copy
 
     log = logging.getLogger(__name__)
     out = Path(app.outdir) / WORKBOOK_DIR

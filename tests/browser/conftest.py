@@ -54,7 +54,7 @@ def chromium_path() -> str | None:
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args) -> None:  # stdlib signature
         pass
 
 

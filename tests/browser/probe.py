@@ -143,7 +143,7 @@ def check_math(page, timeout_ms: int = 20000) -> list[str]:
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.math')]"
                 ".every(e => e.querySelector('mjx-container'))", timeout=timeout_ms)
-        except Exception as exc:  # noqa: BLE001 - report, don't crash the whole module
+        except Exception as exc:  # report, don't crash the whole module
             n_done = page.evaluate("() => [...document.querySelectorAll('.math')]"
                                    ".filter(e => e.querySelector('mjx-container')).length")
             problems.append(f"MathJax rendered {n_done} of {n_math} math elements "
@@ -166,7 +166,7 @@ def check_images(page, timeout_ms: int = 20000) -> list[str]:
     try:
         page.wait_for_function("() => [...document.images].every(i => i.complete)",
                                timeout=timeout_ms)
-    except Exception:  # noqa: BLE001 - the per-image report below says which
+    except Exception:  # the per-image report below says which
         pass
     broken = page.evaluate(
         "() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"

@@ -9,12 +9,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-from matplotlib.animation import FuncAnimation  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+from matplotlib.animation import FuncAnimation
 
-from .conftest import LocalServer  # noqa: E402
-from .probe import check_images, check_players, check_widgets, open_page  # noqa: E402
+from .conftest import LocalServer
+from .probe import check_images, check_players, check_widgets, open_page
 
 
 def jshtml(frames_differ: bool) -> str:

@@ -1,0 +1,1 @@
+"""Chapter 02: see book/02_scaling.ipynb."""

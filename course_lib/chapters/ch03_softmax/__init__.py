@@ -1,0 +1,1 @@
+"""Chapter 03: see book/03_softmax.ipynb."""

@@ -1,0 +1,197 @@
+"""Chapter 3 (softmax): a numerically stable ``softmax`` and single-head ``self_attention``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+# --------------------------------------------------------------------------- softmax
+
+
+def _softmax_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    with_inf = r(4, 6)
+    with_inf[0, 1] = with_inf[2, 0] = with_inf[2, 5] = float("-inf")
+    scales = r(3, 8)
+    scales[0] += 500.0
+    scales[1] -= 500.0
+    return [
+        Case("rows", (r(4, 7),)),
+        Case("dim=0, float64", (r(5, 3, dtype=torch.float64), 0)),
+        Case("3-D, dim=1", (r(2, 5, 3), 1)),
+        Case("a vector", (r(9, dtype=torch.float64),)),
+        Case("-inf entries", (with_inf,), note="some entries are -inf (masked out)"),
+        Case("large magnitudes", (1000 * r(3, 6),), note="entries up to about ±3000"),
+        Case("rows on different scales", (scales,), note="row 0 near +500, row 1 near -500"),
+        Case("float16", (r(4, 9).to(torch.float16),)),
+    ]
+
+
+def _softmax_oracle(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(x.double(), dim=dim).to(x.dtype)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Stable softmax along ``dim``: exp(x - max) / sum(exp(x - max)); same shape and dtype."""
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - m)      # exponents <= 0: no overflow; exp(-inf) = 0
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _unstable(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _ignores_dim(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _no_normalisation(x, dim=-1):
+    return torch.exp(x - x.amax(dim=dim, keepdim=True))
+
+
+def _global_max(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+SOFTMAX = Exercise(
+    id="softmax",
+    chapter="03_softmax",
+    title="A numerically stable softmax",
+    signature="softmax(x, dim=-1) -> Tensor shaped like x",
+    params=("x", "dim"),
+    cases=_softmax_cases,
+    oracle=_softmax_oracle,
+    solution=softmax,
+    forbidden=("softmax",),
+    hints=(
+        "softmax(x)_i = exp(x_i) / Σ_j exp(x_j), along `dim`. Build it from torch.exp and .sum; "
+        "torch.softmax and log_softmax are off limits here.",
+        "exp(1000) overflows to inf, and inf/inf is NaN. Subtracting the same number from every "
+        "entry of a slice does not change the softmax: subtract the slice's maximum.",
+        "m = x.amax(dim=dim, keepdim=True); e = torch.exp(x - m); "
+        "return e / e.sum(dim=dim, keepdim=True)",
+    ),
+    mistakes=(
+        Mistake("not_stable", "Your softmax overflows on large inputs (exp(1000) = inf, and "
+                              "inf/inf = NaN). Subtract the maximum of each slice before exp; "
+                              "the result is mathematically the same.", _unstable),
+        Mistake("global_max", "You subtracted the maximum of the whole tensor, not of each "
+                              "slice: a slice far below the global maximum underflows to 0/0. "
+                              "Use x.amax(dim=dim, keepdim=True).", _global_max),
+        Mistake("ignores_dim", "Your softmax always runs over the last axis: use the `dim` "
+                               "argument (in amax/max and in sum, with keepdim=True).",
+                _ignores_dim),
+        Mistake("no_normalisation", "You forgot to divide by the sum: the outputs along `dim` "
+                                    "must add up to 1.", _no_normalisation),
+    ),
+)
+
+# --------------------------------------------------------------------------- self-attention
+
+
+def _sa_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32, s: float = 1.0) -> torch.Tensor:
+        return s * torch.randn(*shape, generator=gen, dtype=dtype)
+
+    f64 = torch.float64
+    return [
+        Case("batched", (r(2, 5, 6), r(6, 4, s=0.5), r(6, 4, s=0.5), r(6, 3))),
+        Case("one sequence, float64", (r(1, 7, 3, dtype=f64), r(3, 5, dtype=f64),
+                                       r(3, 5, dtype=f64), r(3, 2, dtype=f64))),
+        Case("wider values", (r(3, 4, 8), r(8, 6, s=0.4), r(8, 6, s=0.4), r(8, 9))),
+        Case("large scores", (r(2, 6, 5, s=3.0), r(5, 7), r(5, 7), r(5, 3)),
+             note="big projections: the softmax must be stable"),
+    ]
+
+
+def _sa_oracle(x, w_q, w_k, w_v):
+    dtype = x.dtype
+    x, w_q, w_k, w_v = (t.double() for t in (x, w_q, w_k, w_v))   # float64, rounded once
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    weights = reference.attention_weights(q, k)      # (B, N, N), scale 1/√E
+    return (weights @ v).to(dtype), weights.to(dtype)
+
+
+def self_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
+                   w_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-head self-attention: x (B, N, D) -> out (B, N, M), weights (B, N, N)."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v        # (B,N,E), (B,N,E), (B,N,M)
+    E = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)        # (B, N, N)
+    weights = torch.softmax(scores, dim=-1)     # over keys: rows sum to 1
+    return weights @ v, weights
+
+
+def _sa(x, w_q, w_k, w_v, scale=None, dim=-1, transpose=False, swap=False):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    s = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    w = torch.softmax(q @ k.transpose(-2, -1) * s, dim=dim)
+    out = (w.transpose(-2, -1) if transpose else w) @ v
+    return (w, out) if swap else (out, w)
+
+
+def _sa_no_scaling(x, w_q, w_k, w_v):
+    return _sa(x, w_q, w_k, w_v, scale=1.0)
+
+
+def _sa_sqrt_D(x, w_q, w_k, w_v):
+    return _sa(x, w_q, w_k, w_v, scale=1 / math.sqrt(x.shape[-1]))
+
+
+def _sa_wrong_axis(x, w_q, w_k, w_v):
+    return _sa(x, w_q, w_k, w_v, dim=-2)
+
+
+def _sa_transposed(x, w_q, w_k, w_v):
+    return _sa(x, w_q, w_k, w_v, transpose=True)
+
+
+def _sa_swapped(x, w_q, w_k, w_v):
+    return _sa(x, w_q, w_k, w_v, swap=True)
+
+
+SELF_ATTENTION = Exercise(
+    id="self_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
+    chapter="03_softmax",
+    title="Single-head self-attention",
+    signature="self_attention(x (B, N, D), w_q (D, E), w_k (D, E), w_v (D, M)) "
+              "-> (out (B, N, M), weights (B, N, N))",
+    params=("x", "w_q", "w_k", "w_v"),
+    output_names=("out", "weights"),
+    cases=_sa_cases,
+    oracle=_sa_oracle,
+    solution=self_attention,
+    hints=(
+        "Project x three times: q = x @ w_q, k = x @ w_k, v = x @ w_v. Every token is a query, "
+        "a key and a value.",
+        "Scores q @ kᵀ (swap the last two dims of k) divided by √E, E = q.shape[-1]; softmax "
+        "over the keys (the last axis), so each query's weights sum to 1.",
+        "weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1); "
+        "return weights @ v, weights",
+    ),
+    mistakes=(
+        Mistake("swapped_outputs", "You returned (weights, out): return (out, weights), in "
+                                   "that order.", _sa_swapped),
+        Mistake("no_scaling", "You forgot to divide the scores by √E (E = the query/key width, "
+                              "w_q.shape[1]).", _sa_no_scaling),
+        Mistake("sqrt_of_D", "You divided by √D, the width of x. The scale uses the width of "
+                             "the queries and keys, E = w_q.shape[1].", _sa_sqrt_D),
+        Mistake("wrong_axis", "Your softmax runs over the queries (dim -2). Each query's "
+                              "weights over the keys must sum to 1: softmax over dim -1.",
+                _sa_wrong_axis),
+        Mistake("transposed_weights", "You multiplied the transposed weights by v. Row i of "
+                                      "weights belongs to query i: out = weights @ v.",
+                _sa_transposed),
+    ),
+)

@@ -1,0 +1,249 @@
+"""Chapter 4 (multi-head): ``split_heads``, ``merge_heads``, ``multi_head_attention``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+
+def _r(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
+       s: float = 1.0) -> torch.Tensor:
+    return s * torch.randn(*shape, generator=gen, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- split_heads
+
+
+def _split_cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("3 heads of width 4", (_r(gen, 2, 5, 12), 3)),
+        Case("float64, 2 heads of width 3", (_r(gen, 1, 7, 6, dtype=torch.float64), 2)),
+        Case("4 heads of width 2", (_r(gen, 3, 4, 8), 4)),
+        Case("one head", (_r(gen, 2, 3, 5), 1)),
+    ]
+
+
+def _split_oracle(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    B, N, HD = x.shape
+    return x.reshape(B, N, num_heads, HD // num_heads).transpose(1, 2).clone()
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, N, H·D) -> (B, H, N, D): head h gets features h·D ... (h+1)·D - 1 of every token."""
+    B, N, E = x.shape
+    x = x.reshape(B, N, num_heads, E // num_heads)   # cut the features
+    return x.permute(0, 2, 1, 3)                     # (B, H, N, D)
+
+
+def _split_no_permute(x, num_heads):
+    B, N, HD = x.shape
+    return x.reshape(B, num_heads, N, HD // num_heads)
+
+
+def _split_wrong_order(x, num_heads):
+    B, N, HD = x.shape
+    return x.reshape(B, N, HD // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def _split_no_transpose(x, num_heads):
+    B, N, HD = x.shape
+    return x.reshape(B, N, num_heads, HD // num_heads)
+
+
+SPLIT_HEADS = Exercise(
+    id="split_heads",
+    chapter="04_multi_head",
+    title="Split the features into heads",
+    signature="split_heads(x (B, N, H·D), num_heads) -> (B, H, N, D)",
+    params=("x", "num_heads"),
+    cases=_split_cases,
+    oracle=_split_oracle,
+    solution=split_heads,
+    hints=(
+        "Head h owns a contiguous slice of each token's features: h·D to (h+1)·D, "
+        "D = x.shape[-1] // num_heads.",
+        "First reshape to (B, N, H, D) (that cuts each token's features into H slices), then "
+        "move the head axis in front of the token axis.",
+        "return x.reshape(B, N, num_heads, D).transpose(1, 2)",
+    ),
+    mistakes=(
+        Mistake("reshape_without_permute", "You reshaped straight to (B, H, N, D). The shape is "
+                "right but the numbers are scrambled: a reshape keeps memory order, so a 'head' "
+                "gets features of different tokens. Reshape to (B, N, H, D), then "
+                "transpose(1, 2).", _split_no_permute),
+        Mistake("wrong_head_order", "You cut the features as (D, H) instead of (H, D): head h "
+                "should get the contiguous slice h·D ... (h+1)·D - 1, so reshape to "
+                "(B, N, H, D).", _split_wrong_order),
+        Mistake("missing_transpose", "You returned (B, N, H, D): move the head axis before the "
+                "token axis with .transpose(1, 2).", _split_no_transpose),
+    ),
+)
+
+# --------------------------------------------------------------------------- merge_heads
+
+
+def _merge_cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("3 heads of width 4", (_r(gen, 2, 3, 5, 4),)),
+        Case("float64, 2 heads of width 3", (_r(gen, 1, 2, 7, 3, dtype=torch.float64),)),
+        Case("4 heads of width 2", (_r(gen, 3, 4, 6, 2),)),
+        Case("one head", (_r(gen, 2, 1, 3, 5),)),
+    ]
+
+
+def _merge_oracle(x: torch.Tensor) -> torch.Tensor:
+    B, H, N, D = x.shape
+    return x.transpose(1, 2).reshape(B, N, H * D).clone()
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, N, D) -> (B, N, H·D): the inverse of split_heads."""
+    B, H, N, D = x.shape
+    x = x.permute(0, 2, 1, 3)                        # (B, N, H, D)
+    return x.reshape(B, N, H * D)                    # copies: not contiguous
+
+
+def _merge_no_permute(x):
+    B, H, N, D = x.shape
+    return x.reshape(B, N, H * D)
+
+
+def _merge_wrong_order(x):
+    B, H, N, D = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, N, H * D)
+
+
+MERGE_HEADS = Exercise(
+    id="merge_heads",
+    chapter="04_multi_head",
+    title="Merge the heads back",
+    signature="merge_heads(x (B, H, N, D)) -> (B, N, H·D)",
+    params=("x",),
+    cases=_merge_cases,
+    oracle=_merge_oracle,
+    solution=merge_heads,
+    hints=(
+        "merge_heads undoes split_heads: token n's output is head 0's D features, then head "
+        "1's, and so on.",
+        "Bring the token axis back in front of the head axis first, then glue the last two "
+        "axes together with a reshape.",
+        "return x.transpose(1, 2).reshape(B, N, H * D)",
+    ),
+    mistakes=(
+        Mistake("reshape_without_permute", "You reshaped (B, H, N, D) straight to (B, N, H·D): "
+                "a reshape keeps memory order, so tokens and heads get mixed up. First "
+                ".transpose(1, 2) to (B, N, H, D), then reshape.", _merge_no_permute),
+        Mistake("wrong_head_order", "You interleaved the heads feature by feature. Each token's "
+                "output is head 0's D features, then head 1's...: transpose(1, 2) to "
+                "(B, N, H, D), then reshape.", _merge_wrong_order),
+    ),
+)
+
+# --------------------------------------------------------------------------- multi-head attention
+
+
+def _mha_cases(gen: torch.Generator) -> list[Case]:
+    def weights(E: int, dtype: torch.dtype = torch.float32):
+        return (_r(gen, E, 3 * E, dtype=dtype, s=1 / math.sqrt(E)),
+                _r(gen, E, E, dtype=dtype, s=1 / math.sqrt(E)))
+
+    f64 = torch.float64
+    return [
+        Case("3 heads", (_r(gen, 2, 5, 12), *weights(12), 3)),
+        Case("float64, 2 heads", (_r(gen, 1, 7, 8, dtype=f64), *weights(8, f64), 2)),
+        Case("4 heads of width 4", (_r(gen, 2, 6, 16, s=2.0), *weights(16), 4)),
+        Case("one head", (_r(gen, 1, 4, 6), *weights(6), 1)),
+    ]
+
+
+def _mha_oracle(x, w_qkv, w_o, num_heads):
+    dtype = x.dtype
+    x, w_qkv, w_o = x.double(), w_qkv.double(), w_o.double()
+    B, N, E = x.shape
+    q, k, v = (x @ w_qkv).split(E, dim=-1)
+    q, k, v = (t.reshape(B, N, num_heads, E // num_heads).transpose(1, 2) for t in (q, k, v))
+    out = reference.scaled_dot_product_attention(q, k, v)          # (B, H, N, D)
+    return (out.transpose(1, 2).reshape(B, N, E) @ w_o).to(dtype)
+
+
+def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor,
+                         num_heads: int) -> torch.Tensor:
+    """Multi-head self-attention: x (B, N, E) -> (B, N, E), heads of width D = E / H."""
+    B, N, E = x.shape
+    D = E // num_heads
+    q, k, v = (t.reshape(B, N, num_heads, D).permute(0, 2, 1, 3)   # split heads
+               for t in (x @ w_qkv).split(E, dim=-1))            # (B, H, N, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)     # (B, H, N, N)
+    heads = torch.softmax(scores, dim=-1) @ v           # (B, H, N, D)
+    merged = heads.permute(0, 2, 1, 3).reshape(B, N, E)  # merge heads: (B, N, E)
+    return merged @ w_o
+
+
+def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None):
+    B, N, E = x.shape
+    H = num_heads if heads is None else heads
+    D = E // H
+    q, k, v = (x @ w_qkv).split(E, dim=-1)
+    if permute:
+        q, k, v = (t.reshape(B, N, H, D).transpose(1, 2) for t in (q, k, v))
+    else:
+        q, k, v = (t.reshape(B, H, N, D) for t in (q, k, v))
+    width = D if scale_width is None else scale_width
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width), dim=-1)
+    o = w @ v
+    merged = o.transpose(1, 2).reshape(B, N, E) if permute else o.reshape(B, N, E)
+    return merged @ w_o if project else merged
+
+
+def _mha_no_projection(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, project=False)
+
+
+def _mha_no_permute(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, permute=False)
+
+
+def _mha_scale_E(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, scale_width=x.shape[-1])
+
+
+def _mha_one_head(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, heads=1)
+
+
+MULTI_HEAD_ATTENTION = Exercise(
+    id="multi_head_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
+    chapter="04_multi_head",
+    title="Multi-head self-attention",
+    signature="multi_head_attention(x (B, N, E), w_qkv (E, 3E), w_o (E, E), num_heads) "
+              "-> (B, N, E)",
+    params=("x", "w_qkv", "w_o", "num_heads"),
+    cases=_mha_cases,
+    oracle=_mha_oracle,
+    solution=multi_head_attention,
+    hints=(
+        "One projection gives q, k and v at once: (x @ w_qkv).split(E, dim=-1). Then split "
+        "each into heads (B, H, N, D) with D = E // num_heads.",
+        "Each head does scaled dot-product attention on its own D features, scaled by 1/√D "
+        "(the head width, not E). Merge the heads back to (B, N, E) and apply w_o.",
+        "q, k, v = (t.reshape(B, N, H, D).transpose(1, 2) for t in (x @ w_qkv).split(E, -1)); "
+        "w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), -1); "
+        "return (w @ v).transpose(1, 2).reshape(B, N, E) @ w_o",
+    ),
+    mistakes=(
+        Mistake("missing_output_projection", "You forgot the output projection: after merging "
+                "the heads back to (B, N, E), multiply by w_o.", _mha_no_projection),
+        Mistake("reshape_without_permute", "You split (and merged) the heads with a plain "
+                "reshape to (B, H, N, D): that mixes tokens between heads. Reshape to "
+                "(B, N, H, D) then transpose(1, 2); undo it the same way.", _mha_no_permute),
+        Mistake("scaled_by_E", "You scaled the scores by 1/√E (the full width). Each head works "
+                "on D = E / H features, so divide by √D.", _mha_scale_E),
+        Mistake("single_head", "You computed one big head over all E features: split q, k, v "
+                "into num_heads heads of width E // num_heads first.", _mha_one_head),
+    ),
+)

@@ -1,0 +1,1 @@
+"""Chapter 05: see book/05_masks.ipynb."""

@@ -1,0 +1,1 @@
+"""Chapter 06: see book/06_complexity.ipynb."""

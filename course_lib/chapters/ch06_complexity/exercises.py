@@ -1,0 +1,92 @@
+"""Chapter 6 (complexity): count the FLOPs and the score-matrix memory of attention."""
+
+from __future__ import annotations
+
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def _flops_cases(gen) -> list[Case]:
+    return [Case("n=8, d=64", (8, 64)), Case("n=1024, d=64", (1024, 64)),
+            Case("n=7, d=3", (7, 3)), Case("n=1, d=1", (1, 1))]
+
+
+def attention_flops(n: int, d: int) -> int:
+    """FLOPs of QKᵀ and weights·V for one head of n tokens, width d: 2·(2·n·n·d) = 4n²d."""
+    scores = 2 * n * n * d          # (n, d) @ (d, n)
+    weighted_sum = 2 * n * n * d    # (n, n) @ (n, d)
+    return scores + weighted_sum
+
+
+ATTENTION_FLOPS = Exercise(
+    id="attention_flops",
+    chapter="06_complexity",
+    title="Count the FLOPs of attention",
+    signature="attention_flops(n, d) -> int",
+    params=("n", "d"),
+    cases=_flops_cases,
+    oracle=lambda n, d: 4 * n * n * d,
+    solution=attention_flops,
+    hints=(
+        "Two matrix products: the scores QKᵀ, (n, d) @ (d, n), and the mix weights @ V, "
+        "(n, n) @ (n, d). Ignore the softmax and the projections.",
+        "A product (a, b) @ (b, c) makes a·c dot products of length b: a·b·c multiply-adds, "
+        "and each multiply-add counts as 2 FLOPs.",
+        "Each product costs 2·n·n·d FLOPs: return 4 * n * n * d",
+    ),
+    mistakes=(
+        Mistake("half_count", "Your count is exactly half the right one: either a multiply-add "
+                "was counted as 1 FLOP instead of 2, or only QKᵀ was counted and weights·V "
+                "forgotten. Each of the two products costs 2·n²·d.", lambda n, d: 2 * n * n * d),
+        Mistake("quarter_count", "Your count is a quarter of the right one: count both products "
+                "(QKᵀ and weights·V), each multiply-add as 2 FLOPs.", lambda n, d: n * n * d),
+        Mistake("included_projections", "You also counted the Q, K, V and output projections "
+                "(4 · 2·n·d²). This exercise asks only for QKᵀ and weights·V.",
+                lambda n, d: 4 * n * n * d + 8 * n * d * d),
+        Mistake("included_qkv_projections", "You also counted the Q, K, V projections "
+                "(3 · 2·n·d²). This exercise asks only for QKᵀ and weights·V.",
+                lambda n, d: 4 * n * n * d + 6 * n * d * d),
+        Mistake("linear_in_n", "Your count grows linearly with n; attention compares every "
+                "token with every token, so it grows as n².", lambda n, d: 4 * n * d),
+    ),
+)
+
+# --------------------------------------------------------------------------- memory
+
+
+def _memory_cases(gen) -> list[Case]:
+    return [Case("n=1024, defaults", (1024,)), Case("n=512, 8 heads", (512, 8)),
+            Case("n=100, 12 heads, 2 bytes", (100, 12, 2)), Case("n=7, 3 heads, 8 bytes",
+                                                                   (7, 3, 8))]
+
+
+def attention_memory(n: int, heads: int = 1, bytes_per_element: int = 4) -> int:
+    """Bytes of the score matrices: one (n, n) matrix per head."""
+    return heads * n * n * bytes_per_element
+
+
+ATTENTION_MEMORY = Exercise(
+    id="attention_memory",
+    chapter="06_complexity",
+    title="Memory of the score matrices",
+    signature="attention_memory(n, heads=1, bytes_per_element=4) -> int (bytes)",
+    params=("n", "heads", "bytes_per_element"),
+    cases=_memory_cases,
+    oracle=lambda n, heads=1, bytes_per_element=4: heads * n * n * bytes_per_element,
+    solution=attention_memory,
+    hints=(
+        "Each head materialises its own score matrix: one score per (query, key) pair.",
+        "One head holds n·n numbers; each number takes bytes_per_element bytes.",
+        "return heads * n * n * bytes_per_element",
+    ),
+    mistakes=(
+        Mistake("forgot_heads", "You counted a single score matrix: every head has its own, "
+                "multiply by heads.", lambda n, heads=1, b=4: n * n * b),
+        Mistake("bits_not_bytes", "Your answer is 8 times too large: bytes_per_element is "
+                "already in bytes, do not multiply by 8 (bits).",
+                lambda n, heads=1, b=4: 8 * heads * n * n * b),
+        Mistake("linear_in_n", "Your count grows linearly with n; a score matrix has n × n "
+                "entries.", lambda n, heads=1, b=4: heads * n * b),
+    ),
+)

@@ -1,0 +1,1 @@
+"""Chapter 07: see book/07_flash.ipynb."""

@@ -1,0 +1,231 @@
+"""Chapter 7 (Flash): ``online_softmax_stats`` and a blockwise ``flash_attention``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake, OnceIterator
+
+# --------------------------------------------------------------------------- online softmax
+
+
+def _stats_cases(gen: torch.Generator) -> list[Case]:
+    def r(n: int, dtype: torch.dtype = torch.float32, s: float = 1.0) -> torch.Tensor:
+        return s * torch.randn(n, generator=gen, dtype=dtype)
+
+    rising = [r(4), r(3) + 2.0, r(5) + 4.0]              # the max moves in every block
+    falling = [r(4) + 4.0, r(6), r(2) - 3.0]              # the max is in the first block
+    with_inf = [r(3), r(4), r(3)]
+    with_inf[1][2] = float("-inf")
+    with_inf[0][0] = float("-inf")
+    return [
+        Case("rising maxima", (OnceIterator(rising),)),
+        Case("max in the first block", (OnceIterator(falling),)),
+        Case("one block", (OnceIterator([r(7, torch.float64)]),)),
+        Case("float64, many blocks", (OnceIterator([r(n, torch.float64) for n in
+                                                    (1, 5, 2, 8, 3)]),)),
+        Case("large magnitudes", (OnceIterator([r(5, s=300.0), r(5, s=300.0) + 500.0,
+                                                r(3, s=300.0)]),),
+             note="entries in the hundreds: exp must never see them unshifted"),
+        Case("-inf entries", (OnceIterator(with_inf),), note="two entries are -inf"),
+    ]
+
+
+def _stats_oracle(blocks):
+    x = torch.cat([b.double() for b in blocks])
+    m = x.max()
+    dtype = torch.float64 if all(b.dtype == torch.float64 for b in blocks) else torch.float32
+    return m.to(dtype), torch.exp(x - m).sum().to(dtype)
+
+
+def _stats_oracle_iter(blocks):
+    return _stats_oracle(list(blocks))
+
+
+def online_softmax_stats(blocks) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass over 1-D blocks: m = max of all entries, ℓ = Σ exp(x - m), rescaled as m grows."""
+    m = torch.tensor(float("-inf"))
+    ell = torch.tensor(0.0)
+    for block in blocks:
+        m_new = torch.maximum(m, block.max().to(m.dtype))   # (eq-online-m)
+        ell = (torch.exp(m - m_new) * ell                    # (eq-online-l)
+               + torch.exp(block - m_new).sum())
+        m = m_new
+    return m, ell
+
+
+def _like(blocks, m, l):
+    dtype = torch.float64 if all(b.dtype == torch.float64 for b in blocks) else torch.float32
+    return m.to(dtype), l.to(dtype)
+
+
+def _stats_not_rescaled(blocks):
+    blocks = list(blocks)
+    m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    for b in blocks:
+        b = b.double()
+        m = torch.maximum(m, b.max())
+        l = l + torch.exp(b - m).sum()
+    return _like(blocks, m, l)
+
+
+def _stats_no_shift(blocks):
+    blocks = list(blocks)
+    xs = [b.double() for b in blocks]
+    return _like(blocks, torch.cat(xs).max(), sum(torch.exp(b).sum() for b in xs))
+
+
+def _stats_last_max(blocks):
+    blocks = list(blocks)
+    m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    for b in blocks:
+        b = b.double()
+        m_new = b.max()                                      # forgets the earlier maxima
+        l = l * torch.exp(m - m_new) + torch.exp(b - m_new).sum()
+        m = m_new
+    return _like(blocks, m, l)
+
+
+ONLINE_SOFTMAX_STATS = Exercise(
+    id="online_softmax_stats",
+    chapter="07_flash",
+    title="Online softmax statistics",
+    signature="online_softmax_stats(blocks: iterator of 1-D tensors) -> (m, l)",
+    params=("blocks",),
+    output_names=("m", "l"),
+    cases=_stats_cases,
+    oracle=_stats_oracle_iter,
+    solution=online_softmax_stats,
+    tolerances={torch.float32: (1e-5, 1e-4)},
+    hints=(
+        "Keep two numbers while reading the blocks once: the largest entry so far m, and the "
+        "sum l of exp(x - m) over the entries seen so far.",
+        "When a block raises the maximum from m to m_new, every old term exp(x - m) must become "
+        "exp(x - m_new): multiply the old sum by exp(m - m_new).",
+        "m_new = max(m, block.max()); l = l * exp(m - m_new) + exp(block - m_new).sum(); "
+        "m = m_new  (start from m = -inf, l = 0)",
+    ),
+    mistakes=(
+        Mistake("sum_not_rescaled", "When the maximum grows you kept the old sum as it was. "
+                "Its terms were exp(x - m_old); re-base them: l = l * exp(m_old - m_new) + ...",
+                _stats_not_rescaled),
+        Mistake("no_max_shift", "You returned Σ exp(x) without subtracting the maximum: l must "
+                "be Σ exp(x - m) (that is what keeps exp from overflowing).", _stats_no_shift),
+        Mistake("last_block_max", "Your m is the maximum of the last block only: keep the "
+                "running maximum, m_new = max(m, block.max()).", _stats_last_max),
+        Mistake("swapped_outputs", "You returned (l, m): return (m, l), the maximum first.",
+                lambda blocks: tuple(reversed(_stats_oracle(list(blocks))))),
+    ),
+)
+
+# --------------------------------------------------------------------------- flash attention
+
+
+def _flash_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32, s: float = 1.0) -> torch.Tensor:
+        return s * torch.randn(*shape, generator=gen, dtype=dtype)
+
+    f64 = torch.float64
+    return [
+        Case("N not a multiple of the block", (r(1, 1, 10, 4), r(1, 1, 10, 4), r(1, 1, 10, 4),
+                                               4)),
+        Case("batched heads", (r(2, 3, 37, 8), r(2, 3, 37, 8), r(2, 3, 37, 8), 16)),
+        Case("float64, block 7", (r(1, 2, 20, 6, dtype=f64), r(1, 2, 20, 6, dtype=f64),
+                                  r(1, 2, 20, 6, dtype=f64), 7)),
+        Case("large scores", (r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8), 8),
+             note="scores in the hundreds: the running maximum matters"),
+        Case("block larger than N", (r(1, 1, 5, 3), r(1, 1, 5, 3), r(1, 1, 5, 3), 64)),
+        Case("N=256, default block", (r(2, 2, 256, 16), r(2, 2, 256, 16), r(2, 2, 256, 16)),
+             note="no tensor may have two dims of size >= 256", max_square=256),
+    ]
+
+
+def _flash_oracle(q, k, v, block_size=64):
+    return reference.scaled_dot_product_attention(q.double(), k.double(), v.double()).to(q.dtype)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    block_size: int = 64) -> torch.Tensor:
+    """Attention (B, H, N, D) -> (B, H, N, D) over key blocks; never builds the N×N scores."""
+    s = 1.0 / math.sqrt(q.shape[-1])
+    rows = q.shape[:-1] + (1,)
+    m = torch.full(rows, float("-inf"), dtype=q.dtype)   # running max
+    ell = torch.zeros(rows, dtype=q.dtype)               # running sum
+    O = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    for j0 in range(0, k.shape[-2], block_size):
+        k_j = k[..., j0:j0 + block_size, :]
+        v_j = v[..., j0:j0 + block_size, :]
+        S_j = (q @ k_j.transpose(-2, -1)) * s            # (B, H, N, b)
+        m_new = torch.maximum(m, S_j.amax(dim=-1, keepdim=True))
+        P_j = torch.exp(S_j - m_new)
+        alpha = torch.exp(m - m_new)                     # re-base old terms
+        ell = alpha * ell + P_j.sum(dim=-1, keepdim=True)
+        O = alpha * O + P_j @ v_j
+        m = m_new
+    return O / ell
+
+
+def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
+           scaled=True, shift=True):
+    dtype = q.dtype
+    work = dtype if not shift else torch.float64   # an overflow must happen in the inputs' dtype
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
+    N = k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    acc = torch.zeros_like(q)
+    for start in range(0, N, block_size):
+        s = q @ k[..., start:start + block_size, :].transpose(-2, -1) * scale
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if shift else torch.zeros_like(m)
+        p = torch.exp(s - m_new)
+        c = torch.exp(m - m_new) if shift else torch.ones_like(m)
+        l = (l * c if rescale_l else l) + p.sum(dim=-1, keepdim=True)
+        acc = (acc * c if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
+        m = m_new
+    return (acc / l if divide else acc).to(dtype)
+
+
+FLASH_ATTENTION = Exercise(
+    id="flash_attention",
+    tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
+    chapter="07_flash",
+    title="Flash attention, block by block",
+    signature="flash_attention(q, k, v (B, H, N, D), block_size=64) -> (B, H, N, D)",
+    params=("q", "k", "v", "block_size"),
+    cases=_flash_cases,
+    oracle=_flash_oracle,
+    solution=flash_attention,
+    forbidden=("sdpa",),
+    hints=(
+        "Loop over blocks of block_size keys (and the matching values). For each query keep a "
+        "running max m, a running sum ℓ (ell) of exp(score - m) and a running output "
+        "O = Σ P·v.",
+        "When a block raises the max from m to m_new, multiply both ℓ and O by "
+        "α = exp(m - m_new) before adding the block's terms. Divide O by ℓ at the very end. "
+        "Scale the scores by 1/√D.",
+        "for each key block j: S_j = q @ k_jᵀ / √D; m_new = max(m, S_j.amax(-1)); "
+        "P_j = exp(S_j - m_new); alpha = exp(m - m_new); ell = alpha*ell + P_j.sum(-1); "
+        "O = alpha*O + P_j @ v_j; m = m_new. Return O / ell.",
+    ),
+    mistakes=(
+        Mistake("sum_not_rescaled", "When a block raises the running max, you did not rescale "
+                "the running sum ℓ: multiply it by α = exp(m_old - m_new) before adding the new "
+                "block.", lambda q, k, v, b=64: _flash(q, k, v, b, rescale_l=False)),
+        Mistake("output_not_rescaled", "When a block raises the running max, you did not "
+                "rescale the running output: multiply O by α = exp(m_old - m_new) too.",
+                lambda q, k, v, b=64: _flash(q, k, v, b, rescale_acc=False)),
+        Mistake("missing_final_division", "You forgot the final division: return O / ℓ "
+                "(the weights only sum to 1 after it).",
+                lambda q, k, v, b=64: _flash(q, k, v, b, divide=False)),
+        Mistake("no_scaling", "You forgot to scale the scores by 1/√D (D = q.shape[-1]).",
+                lambda q, k, v, b=64: _flash(q, k, v, b, scaled=False)),
+        Mistake("no_running_max", "You exponentiated the raw scores without subtracting a "
+                "running maximum, so large scores overflow (exp(100) in float32 is inf). Keep a "
+                "per-query running max m and use exp(s - m_new).",
+                lambda q, k, v, b=64: _flash(q, k, v, b, shift=False)),
+    ),
+)

@@ -1,0 +1,244 @@
+"""Run one learner call safely: time limit, captured output, forbidden calls, N×N watch.
+
+The call runs in a daemon worker thread. Inside it a :class:`_Watch` dispatch mode sees every
+aten operator (so forbidden kernels are caught however they were reached) and every freshly
+allocated tensor (so an N×N tensor is caught), and a trace function catches calls to forbidden
+Python functions and, once the time limit has passed, stops the learner's code at its next line
+(a thread-local mechanism: no asynchronous exceptions, which would slow every other thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._spec import FORBIDDEN_GROUPS
+
+
+class ForbiddenCall(BaseException):
+    """Raised inside the learner's call when it reaches a forbidden operation.
+
+    A ``BaseException`` so that a learner's ``except Exception`` does not swallow it.
+    """
+
+
+class _TimeLimit(BaseException):
+    """Injected into a runaway learner thread to stop it."""
+
+
+@dataclass
+class CallOutcome:
+    value: Any = None
+    error: BaseException | None = None
+    traceback_text: str = ""
+    timed_out: bool = False
+    forbidden: str | None = None  # label of the forbidden group reached
+    square: tuple[int, ...] | None = None  # shape of an N×N tensor created
+    printed: str = ""
+
+
+class _Watch(TorchDispatchMode):
+    def __init__(self, aten_names: dict[str, str], max_square: int | None,
+                 outcome: CallOutcome) -> None:
+        super().__init__()
+        self.aten_names = aten_names
+        self.max_square = max_square
+        self.outcome = outcome
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # The default (True) wraps __torch_dispatch__ with torch._dynamo.disable, whose first use
+        # imports torch._dynamo (seconds): that would eat into the learner's time limit.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.aten_names:
+            if self.outcome.forbidden is None:
+                self.outcome.forbidden = self.aten_names[name]
+            raise ForbiddenCall(self.aten_names[name])
+        out = func(*args, **(kwargs or {}))
+        if self.max_square is not None and not getattr(func, "is_view", False):
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and self.outcome.square is None:
+                    if sum(1 for s in o.shape if s >= self.max_square) >= 2:
+                        self.outcome.square = tuple(int(s) for s in o.shape)
+        return out
+
+
+class _FunctionWatch(TorchFunctionMode):
+    """Sees torch API calls (``torch.softmax``, ``F.scaled_dot_product_attention``...)."""
+
+    def __init__(self, names: dict[str, str], outcome: CallOutcome) -> None:
+        super().__init__()
+        self.names = names
+        self.outcome = outcome
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        label = self.names.get(getattr(func, "__name__", ""))
+        if label is not None:
+            if self.outcome.forbidden is None:
+                self.outcome.forbidden = label
+            raise ForbiddenCall(label)
+        return func(*args, **(kwargs or {}))
+
+
+def _resolve_forbidden() -> dict[str, dict[Any, str]]:
+    """``{group: {code object: label}}`` for every ``"python"`` entry of FORBIDDEN_GROUPS.
+
+    Resolved once, at import: an entry naming a module or function that does not exist is a bug
+    in this package (it would silently forbid nothing), so it raises ImportError here.
+    """
+    table: dict[str, dict[Any, str]] = {}
+    for g, group in FORBIDDEN_GROUPS.items():
+        table[g] = {}
+        for spec in group["python"]:
+            mod_name, fn_name = spec.split(":")
+            try:
+                fn = getattr(importlib.import_module(mod_name), fn_name)
+            except (ImportError, AttributeError) as e:
+                raise ImportError(f"FORBIDDEN_GROUPS[{g!r}] names {spec!r}, which does not "
+                                  f"resolve: {e}") from e
+            table[g][fn.__code__] = group["label"]
+    return table
+
+
+_FORBIDDEN_CODES = _resolve_forbidden()
+
+
+def _forbidden_code_objects(groups: tuple[str, ...]) -> dict[Any, str]:
+    codes: dict[Any, str] = {}
+    for g in groups:
+        codes.update(_FORBIDDEN_CODES[g])
+    return codes
+
+
+def _dirs(module_file: str) -> tuple[str, ...]:
+    """A module's folder, as written and with symlinks resolved."""
+    return tuple({str(Path(module_file).parent), str(Path(module_file).resolve().parent)})
+
+
+_OUR_DIR = _dirs(__file__)
+_TORCH_DIR = _dirs(torch.__file__)
+_NOT_LEARNER = (*_OUR_DIR, *_TORCH_DIR, *_dirs(threading.__file__))
+
+
+def learner_traceback(exc: BaseException) -> str:
+    """The traceback trimmed to the learner's own frames, without file names (deterministic)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    keep = []
+    for fr in frames:
+        fname = fr.filename or ""
+        resolved = str(Path(fname).resolve()) if fname else ""
+        if fname.startswith(_NOT_LEARNER) or resolved.startswith(_NOT_LEARNER) \
+                or "site-packages" in fname or "dist-packages" in fname:
+            continue  # the checker's, torch's, the standard library's or a library's frames
+        line = (fr.line or "").strip()
+        keep.append(f"  line {fr.lineno}, in {fr.name}" + (f": {line}" if line else ""))
+    head = "Traceback (your code only):\n" if keep else ""
+    last = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    lines = last.splitlines()
+    if len(lines) > 6 or len(last) > 600:  # torch's dispatcher errors list every backend
+        last = "\n".join(lines[:6])[:600].rstrip() + " [...]"
+    return head + "\n".join(keep) + ("\n" if keep else "") + last
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (stopping there would leave a broken module)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
+             forbidden: tuple[str, ...] = (), max_square: int | None = None) -> CallOutcome:
+    """Call ``fn(*args)`` under the watch; never raises."""
+    outcome = CallOutcome()
+    aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
+    api = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden
+           for n in FORBIDDEN_GROUPS[g].get("torch", ())}
+    codes = _forbidden_code_objects(forbidden)
+
+    stop = [False]  # set by this thread on time-out; the worker's tracer then raises
+
+    def local_trace(frame, event, arg):
+        if stop[0] and not _importing(frame):
+            raise _TimeLimit
+        return local_trace
+
+    def global_trace(frame, event, arg):
+        if stop[0] and not _importing(frame):
+            raise _TimeLimit
+        label = codes.get(frame.f_code)
+        if label is not None:
+            if outcome.forbidden is None:
+                outcome.forbidden = label
+            raise ForbiddenCall(label)
+        if frame.f_code.co_filename.startswith(_TORCH_DIR):
+            return None  # no line events inside torch: cheaper, and no endless loops there
+        return local_trace
+
+    def target() -> None:
+        try:
+            sys.settrace(global_trace)
+            with contextlib.ExitStack() as modes:
+                if api:
+                    modes.enter_context(_FunctionWatch(api, outcome))
+                if aten or max_square:
+                    modes.enter_context(_Watch(aten, max_square, outcome))
+                outcome.value = fn(*args)
+        except _TimeLimit:
+            outcome.timed_out = True
+        except BaseException as e:  # the learner's error, whatever it is
+            outcome.error = e
+            try:
+                outcome.traceback_text = learner_traceback(e)
+            except Exception:
+                outcome.traceback_text = f"{type(e).__name__}: {e}"
+        finally:
+            sys.settrace(None)
+
+    if aten or max_square:
+        _warm_up()
+    buf, err = io.StringIO(), io.StringIO()
+    thread = threading.Thread(target=target, name="course_lib-check", daemon=True)
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        thread.start()
+        try:
+            thread.join(timeout)
+        except BaseException:       # e.g. KeyboardInterrupt: stop the learner's code too
+            stop[0] = True
+            raise
+        if thread.is_alive():
+            outcome.timed_out = True
+            stop[0] = True          # the thread stops at its next line of Python
+            thread.join(0.2)
+    outcome.printed = buf.getvalue()
+    return outcome
+
+
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Run the watch once in this thread, so no lazy import happens under the time limit."""
+    global _WARM
+    if not _WARM:
+        with _Watch({"_no_such_op": ""}, 2, CallOutcome()):
+            (torch.ones(2, 2) @ torch.ones(2, 2)).exp()
+        _WARM = True

@@ -1,0 +1,184 @@
+"""The data an exercise is declared with: :class:`Exercise`, :class:`Case`, :class:`Mistake`.
+
+An exercise is *data*: the generic engine (``_engine.py``) runs every declaration the same way.
+Nothing in here runs learner code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: Default ``(atol, rtol)`` per floating dtype; learner outputs must match the oracle within them.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-8, 1e-6),
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 1e-2),
+    torch.bfloat16: (2e-2, 5e-2),
+}
+
+#: Groups of forbidden operations. Each maps to aten operator names (caught at the dispatcher,
+#: however the learner reached them), torch API function names (caught by a torch-function mode,
+#: before composite ops decompose) and ``module:function`` Python functions (caught by code
+#: object, however they were imported).
+FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
+    "softmax": {
+        "label": "torch's softmax / log_softmax",
+        "aten": ("_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"),
+        "torch": ("softmax", "log_softmax", "special_softmax", "special_log_softmax",
+                  "_softmax", "_log_softmax", "_safe_softmax"),
+        "python": ("course_lib.attention.softmax:safe_softmax",),
+    },
+    "sdpa": {
+        "label": "torch's scaled_dot_product_attention (or course_lib's attention implementations)",
+        "aten": ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                 "_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention",
+                 "_scaled_dot_product_fused_attention_overrideable",
+                 "_fused_sdp_choice"),
+        "torch": ("scaled_dot_product_attention", "multi_head_attention_forward"),
+        "python": ("course_lib.attention.reference:scaled_dot_product_attention",
+                   "course_lib.attention.reference:attention_weights",
+                   "course_lib.attention.flash:scaled_dot_product_attention",
+                   "course_lib.attention.sdpa:scaled_dot_product_attention"),
+    },
+}
+
+
+class OnceIterator:
+    """A case argument that reaches the learner as a fresh one-pass iterator over ``items``."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+
+    def describe(self) -> str:
+        from ._describe import describe_value
+        inner = ", ".join(describe_value(x) for x in self.items)
+        return f"an iterator over {len(self.items)} blocks [{inner}]"
+
+
+@dataclass
+class Case:
+    """One generated input: positional ``args`` for the learner's function.
+
+    ``name`` is shown to the learner when this case fails; ``note`` says what is special about it
+    (e.g. "rows 1 and 3 fully masked"). ``max_square`` (``N``) makes the engine reject any
+    freshly allocated tensor with two dims of size ``>= N`` (an N×N tensor).
+    """
+
+    name: str
+    args: tuple[Any, ...]
+    note: str = ""
+    max_square: int | None = None
+
+
+@dataclass
+class Mistake:
+    """A known misconception: ``fn`` is a buggy implementation whose outputs identify it.
+
+    ``message`` names the misconception and says how to fix it; it is shown verbatim.
+    """
+
+    id: str
+    message: str
+    fn: Callable[..., Any]
+
+
+_ORDER = itertools.count()
+
+
+@dataclass
+class Exercise:
+    """Declaration of one exercise; see the package docstring for a full example.
+
+    Attributes:
+        id: unique id used by ``check(id, fn)``.
+        chapter: the chapter notebook's name, e.g. ``"03_softmax"``.
+        title: a short human title.
+        signature: what the learner writes, e.g. ``"softmax(x, dim=-1) -> Tensor like x"``.
+        params: the parameter names, in order (used to describe cases).
+        cases: ``cases(gen: torch.Generator) -> list[Case]``; fresh random values every call.
+        oracle: the trusted implementation (course_lib/torch), called as ``oracle(*case.args)``.
+        solution: the readable reference solution; ``solution(id)`` shows its source.
+        hints: graded hints, the last nearly gives it away.
+        mistakes: known misconceptions, most specific first.
+        forbidden: keys of :data:`FORBIDDEN_GROUPS` the learner must not call.
+        tolerances: per-dtype ``(atol, rtol)`` overriding :data:`DEFAULT_TOLERANCES`.
+        output_names: names of the returned tuple's elements, e.g. ``("out", "weights")``.
+    """
+
+    id: str
+    chapter: str
+    title: str
+    signature: str
+    params: tuple[str, ...]
+    cases: Callable[[torch.Generator], list[Case]]
+    oracle: Callable[..., Any]
+    solution: Callable[..., Any]
+    hints: tuple[str, ...]
+    mistakes: tuple[Mistake, ...] = ()
+    forbidden: tuple[str, ...] = ()
+    tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ()
+    order: int = field(default_factory=lambda: next(_ORDER), repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.hints:
+            raise ValueError(f"exercise {self.id!r} needs at least one hint")
+        unknown = [f for f in self.forbidden if f not in FORBIDDEN_GROUPS]
+        if unknown:
+            raise ValueError(f"exercise {self.id!r}: unknown forbidden groups {unknown}")
+        ids = [m.id for m in self.mistakes]
+        if len(ids) != len(set(ids)):
+            raise ValueError(f"exercise {self.id!r}: duplicate mistake ids {ids}")
+
+    @property
+    def function_name(self) -> str:
+        """The name the learner's function has in the starter (the text before ``(``)."""
+        return self.signature.split("(", 1)[0].strip()
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (0.0, 0.0)))
+
+    def solution_source(self) -> str:
+        return textwrap.dedent(inspect.getsource(self.solution)).strip() + "\n"
+
+
+def fresh_args(args: tuple[Any, ...], params: Sequence[str] = ()
+               ) -> tuple[tuple[Any, ...], list[tuple[str, torch.Tensor, torch.Tensor]]]:
+    """Copies of ``args`` for one call, and the ``(name, copy, original)`` tensors to watch.
+
+    Tensors are cloned, :class:`OnceIterator` becomes a generator over clones. After the call
+    each copy must still equal its original (the learner must not modify inputs in place).
+    """
+    watch: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    out = []
+    for i, a in enumerate(args):
+        name = params[i] if i < len(params) else f"argument {i + 1}"
+        out.append(_fresh(a, name, watch))
+    return tuple(out), watch
+
+
+def _fresh(a: Any, name: str, watch: list[tuple[str, torch.Tensor, torch.Tensor]]) -> Any:
+    if isinstance(a, torch.Tensor):
+        c = a.clone()
+        watch.append((name, c, a))
+        return c
+    if isinstance(a, OnceIterator):
+        clones = [_fresh(x, f"{name}[{j}]", watch) for j, x in enumerate(a.items)]
+        return _once(clones)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_fresh(x, f"{name}[{j}]", watch) for j, x in enumerate(a))
+    return a
+
+
+def _once(items: list[Any]) -> Iterator[Any]:
+    yield from items

@@ -1,0 +1,54 @@
+"""A non-editable install (``pip install --target``) runs the complexity chapter, from a copy of
+the notebook outside the repository, with every figure present: the committed benchmark results
+travel as package data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "book" / "06_complexity.ipynb"
+
+
+def _figures(nb: dict) -> int:
+    return sum("image/png" in out.get("data", {})
+               for cell in nb["cells"] if cell["cell_type"] == "code"
+               for out in cell.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    source = tmp_path / "source"  # build from a copy: pip writes build/ and *.egg-info there
+    shutil.copytree(ROOT / "course_lib", source / "course_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-cache-dir", "--target", str(site), str(source)],
+                   check=True, cwd=tmp_path)
+    assert (site / "course_lib" / "toolkit" / "bench" / "results" / "cpu-float32.json").is_file()
+
+    book = tmp_path / "book"
+    book.mkdir()
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    expected = _figures(nb)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        "import course_lib, pathlib\n"
+        f"assert pathlib.Path(course_lib.__file__).is_relative_to({str(site)!r}), "
+        "course_lib.__file__"))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    monkeypatch.chdir(book)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(book)}}).execute()
+    assert expected >= 2 and _figures(json.loads(nbformat.writes(nb))) == expected
