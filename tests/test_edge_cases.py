@@ -405,3 +405,21 @@ def test_attn_mask_with_is_causal_torch_combines_we_raise():
             IMPLEMENTATIONS[name](q, k, v, attn_mask=mask, is_causal=True)
         assert torch.allclose(IMPLEMENTATIONS[name](q, k, v, attn_mask=both), combined,
                               atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", list(BIASES))
+def test_sdpa_backend_report_and_pinned_backends_take_causal_bias(variant):
+    """sdpa hands the bias to torch: pinned kernels run it, and the report names the kernel
+    torch picks for the mask the bias stands for."""
+    from course_lib import sdpa
+    q, k = randn(1, 2, 3, 8, dtype=torch.float32), randn(1, 2, 5, 8, dtype=torch.float32, seed=1)
+    align = "top_left" if variant == "upper_left" else "bottom_right"
+    plain = masks.causal_mask(3, 5, align=align)
+    expected = torch_math(q, k, k, attn_mask=plain)
+    report = sdpa.backend_report(q, k, k, attn_mask=BIASES[variant](3, 5))
+    assert report.chosen == sdpa.backend_report(q, k, k, attn_mask=plain).chosen
+    for backend, ok in report.eligible.items():
+        if ok:
+            out = sdpa.scaled_dot_product_attention(q, k, k, attn_mask=BIASES[variant](3, 5),
+                                                    backend=backend)
+            assert rel_err(out, expected) <= TOL[torch.float32], backend
