@@ -192,8 +192,8 @@ def test_causal_bias_matches_torch(name, variant, L, S):
     align = "top_left" if variant == "upper_left" else "bottom_right"
     plain = masks.causal_mask(L, S, align=align)           # the same mask, as a plain tensor
     for dtype in (torch.float64, torch.bfloat16):
-        q, k, v = randn(2, 3, L, 4, dtype=dtype), randn(2, 3, S, 4, dtype=dtype, seed=1), \
-            randn(2, 3, S, 5, dtype=dtype, seed=2)
+        q, k, v = randn(2, 2, L, 4, dtype=dtype), randn(2, 1, S, 4, dtype=dtype, seed=1), \
+            randn(1, 2, S, 5, dtype=dtype, seed=2)
         expected = forward_backward(torch_math, leaves(q, k, v), attn_mask=bias)
         for mask in (bias, plain):
             got = forward_backward(lambda *a, **kw: attend(name, *a, **kw), leaves(q, k, v),
@@ -212,7 +212,9 @@ OTHER_LENGTHS = [(1, 7), (3, 1), (1, 1), (4, 4), (5, 9), (3, 8)]
 def test_causal_bias_with_other_lengths_follows_torch(name, variant, Lb, Sb):
     """torch reads upper left (and equal lengths) as ``is_causal=True``, ignoring the lengths,
     and materializes lower right, which must then broadcast: we follow, raise where it raises."""
-    bias = BIASES[variant](Lb, Sb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lower right with Lb > Sb warns about NaN (gives zeros)
+        bias = BIASES[variant](Lb, Sb)
     q, k, v = randn(2, 3, 4), randn(2, 7, 4, seed=1), randn(2, 7, 2, seed=2)
     try:
         expected = forward_backward(torch_math, leaves(q, k, v), attn_mask=bias)
@@ -336,8 +338,8 @@ LONG_MASKS = {
 def test_long_and_short_lengths(name, shape, kind, dtype):
     """Default tile sizes: L = 1030 spans two query blocks, S = 1030 three key blocks."""
     L, S = LONG[shape]
-    q, k, v = randn(2, L, 8, dtype=dtype), randn(2, S, 8, dtype=dtype, seed=1), \
-        randn(2, S, 8, dtype=dtype, seed=2)
+    q, k, v = randn(1, L, 8, dtype=dtype), randn(1, S, 8, dtype=dtype, seed=1), \
+        randn(1, S, 8, dtype=dtype, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kwargs = LONG_MASKS[kind](L, S)
@@ -360,9 +362,8 @@ def _dk_error(fn, seed, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
-@pytest.mark.parametrize("seed", [0, 10])
 @pytest.mark.parametrize("name", NAMES)
-def test_half_precision_gradients_as_accurate_as_torch_math(name, seed, dtype):
+def test_half_precision_gradients_as_accurate_as_torch_math(name, dtype, seed=0):
     """Rounding the probabilities to bf16 before P·V (the old reference) made dK ~1.4x less
     accurate than torch's math kernel, which keeps them in float32 and rounds once at the end."""
     math_err, math_dk = _dk_error(torch_math, seed, dtype)
