@@ -93,3 +93,36 @@ def test_matches_torch_on_cuda_half_types(seed):
         # fp32 on CUDA may use TF32 matmuls in torch's kernels: compare at the bf16 tolerance
         tol = TOL[torch.bfloat16] if case.query.dtype != torch.float16 else 1e-2
         assert rel_err(out, expected) <= tol, f"{name}: {case.label}"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_half_precision_gradients_as_accurate_as_torch_math(seed):
+    """bf16/fp16 gradients on random configurations (masks, GQA, scale, L ≠ S): each
+    implementation's error against the float64 truth is within 2x that of torch's math kernel."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    case = random_case(seed, dtypes=(torch.bfloat16, torch.float16))
+    low = [t.detach().clone().requires_grad_() for t in (case.query, case.key, case.value)]
+    exact = [t.detach().double().requires_grad_() for t in low]
+    kw64 = dict(case.kwargs)
+    if "attn_mask" in kw64 and kw64["attn_mask"].dtype != torch.bool:
+        kw64["attn_mask"] = kw64["attn_mask"].double()
+    out64 = F.scaled_dot_product_attention(*exact, **kw64)
+    grad_out = torch.randn(out64.shape, dtype=torch.float64,
+                           generator=torch.Generator().manual_seed(seed))
+    truth = torch.autograd.grad(out64, exact, grad_out)
+
+    def errors(fn, **extra):
+        out = fn(*low, **case.kwargs, **extra)
+        grads = torch.autograd.grad(out, low, grad_out.to(out.dtype))
+        assert all(g.dtype == case.query.dtype for g in grads)
+        return [rel_err(g, t) for g, t in zip(grads, truth, strict=True)]
+
+    with sdpa_kernel(SDPBackend.MATH):
+        math_errors = errors(F.scaled_dot_product_attention)
+    for name in IMPLEMENTATIONS:
+        extra = {"block_size": case.block_size} if name == "flash" else {}
+        for err, math_err, what in zip(errors(IMPLEMENTATIONS[name], **extra), math_errors,
+                                       "qkv", strict=True):
+            assert err <= 2 * math_err + 1e-4, \
+                f"{name} d{what}: {err:.2e} vs torch math {math_err:.2e}, {case.label}"

@@ -7,6 +7,9 @@ message, naming the argument and the shapes, whichever implementation they picke
 from __future__ import annotations
 
 import torch
+from torch.nn.attention.bias import CausalBias, CausalVariant
+
+from .masks import causal_mask
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
@@ -28,7 +31,11 @@ def check_sdpa_args(
     """Raise ``TypeError``/``ValueError`` for arguments torch's SDPA would reject.
 
     Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)``,
-    attn_mask broadcastable to ``(..., L, S)``.
+    attn_mask broadcastable to ``(..., L, S)``, or a ``torch.nn.attention.bias.CausalBias``
+    (checked as the mask it stands for, see :func:`causal_alignment`).
+
+    ``attn_mask`` together with ``is_causal=True`` is refused, as torch's documentation says,
+    although torch 2.13's default CPU kernel silently applies both (see :func:`_check_mask`).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
@@ -78,16 +85,53 @@ def check_sdpa_args(
                 f"batch dims of query {_shape(query)}, key {_shape(key)} and value "
                 f"{_shape(value)} do not broadcast"
             ) from None
+    if isinstance(attn_mask, CausalBias):
+        if is_causal:
+            raise ValueError("a CausalBias attn_mask already is a causal mask: do not also pass "
+                             "is_causal=True (torch raises here too)")
+        attn_mask, _ = causal_alignment(query, key, attn_mask, False)
     if attn_mask is not None:
         _check_mask(attn_mask, query, key, is_causal, (*batch, query.shape[-2], key.shape[-2]))
+
+
+def causal_alignment(query: torch.Tensor, key: torch.Tensor, attn_mask, is_causal: bool
+                     ) -> tuple[torch.Tensor | None, str | None]:
+    """``(attn_mask, align)``: the mask to apply and the causal alignment, ``None`` if not causal.
+
+    ``is_causal=True`` is ``"top_left"``. A ``torch.nn.attention.bias.CausalBias`` (from
+    ``causal_upper_left(L, S)`` / ``causal_lower_right(L, S)``) is a tensor subclass whose storage
+    means nothing: it is read by its ``variant`` and lengths only, exactly as torch dispatches it:
+
+    * ``causal_upper_left``, or either variant with equal lengths: ``is_causal=True`` on the actual
+      query and key (``"top_left"``; torch ignores the bias's own lengths here);
+    * ``causal_lower_right(Lb, Sb)`` with ``Lb != Sb``: the bool mask ``causal_mask(Lb, Sb,
+      align="bottom_right")``, broadcast against the scores; when ``(Lb, Sb)`` is the scores'
+      ``(L, S)`` we return ``"bottom_right"`` instead, so that no ``(L, S)`` mask is needed.
+    """
+    if not isinstance(attn_mask, CausalBias):
+        return attn_mask, ("top_left" if is_causal else None)
+    Lb, Sb = attn_mask.seq_len_q, attn_mask.seq_len_kv
+    if attn_mask.variant == CausalVariant.UPPER_LEFT or Lb == Sb:
+        return None, "top_left"
+    if attn_mask.variant != CausalVariant.LOWER_RIGHT:
+        raise ValueError(f"CausalBias.variant must be a CausalVariant, got {attn_mask.variant!r}")
+    if (Lb, Sb) == (query.shape[-2], key.shape[-2]):
+        return None, "bottom_right"
+    return causal_mask(Lb, Sb, device=query.device, align="bottom_right"), None
 
 
 def _check_mask(attn_mask, query: torch.Tensor, key: torch.Tensor, is_causal: bool,
                 target: tuple[int, ...]) -> None:
     """attn_mask: a bool or query-dtype tensor broadcastable to the scores' shape ``target``."""
     if is_causal:
-        raise ValueError("pass either attn_mask or is_causal=True, not both "
-                         f"(attn_mask has shape {_shape(attn_mask)})")
+        # torch's docs: "An error is thrown if both attn_mask and is_causal are set". torch 2.13
+        # raises in its math kernel, but its default CPU (flash) kernel applies both, mask AND
+        # causal, without a word. We keep the documented contract: one unambiguous way to say it.
+        raise ValueError(
+            "pass either attn_mask or is_causal=True, not both (attn_mask has shape "
+            f"{_shape(attn_mask)}); torch documents this as an error, though torch 2.13's "
+            "default CPU kernel silently applies both. To apply both, pass one mask, e.g. "
+            "masks.combine_masks(attn_mask, masks.causal_mask(L, S)) for a bool mask")
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask must be a torch.Tensor or None, got "
                         f"{type(attn_mask).__name__}")

@@ -15,7 +15,10 @@ and return :math:`O / \ell` once all key blocks are seen. Only ``(B_q, B_k)`` ti
 ever exist: memory is ``O(L·E + B_q·B_k)`` per head instead of ``O(L·S)``.
 
 Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` → ``(..., L, Ev)``;
-same semantics as :func:`torch.nn.functional.scaled_dot_product_attention`.
+same semantics as :func:`torch.nn.functional.scaled_dot_product_attention`, including
+``torch.nn.attention.bias`` causal masks (both alignments, computed tile by tile) and empty
+dimensions; ``attn_mask`` with ``is_causal=True`` raises ``ValueError`` (torch's documented
+contract; torch 2.13's default CPU kernel silently applies both).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._validate import check_sdpa_args, compute_dtype, expand_gqa
+from ._validate import causal_alignment, check_sdpa_args, compute_dtype, expand_gqa
 
 #: default (query rows, key rows) per tile: few, large tiles keep Python's per-op cost small;
 #: long key blocks make the rescale of O (once per key block) rare. A float32 tile of scores is
@@ -70,20 +73,31 @@ def scaled_dot_product_attention(
 
     ``block_size``: rows per tile, an int for both or ``(B_q, B_k)`` for query/key blocks
     (default :data:`DEFAULT_BLOCK_SIZE`, or :data:`DEFAULT_CAUSAL_BLOCK_SIZE` when causal).
+    ``attn_mask``: bool (True = may attend), additive float, or a ``torch.nn.attention.bias``
+    causal bias, whose variant sets the causal diagonal (no ``(L, S)`` mask is built when its
+    lengths are the inputs'); ``attn_mask`` with ``is_causal=True`` raises ``ValueError``.
     Gradients flow through ordinary torch ops; autograd then keeps every tile ``P_ij`` for the
     backward pass (FlashAttention recomputes them instead).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
+    is_causal = align is not None
     bq, bk = _block_sizes(block_size, is_causal)
     if enable_gqa:
         key, value = expand_gqa(query, key, value)
     dtype, work = query.dtype, compute_dtype(query.dtype)
     L, S, E, Ev = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
-    s = 1.0 / math.sqrt(E) if scale is None else scale
+    if E == 0:
+        s = 1.0  # QKᵀ is an empty sum, all zeros, for any scale (torch: uniform weights, no NaN)
+    else:
+        s = 1.0 / math.sqrt(E) if scale is None else scale
+    # causal: key j is visible to query i iff j <= i + d (d = S - L when aligned bottom right)
+    d = S - L if align == "bottom_right" else 0
     batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    N = math.prod(batch)
 
     def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:  # (..., r, c) -> (N, r, c)
-        return t.expand(*batch, rows, cols).reshape(-1, rows, cols)
+        return t.expand(*batch, rows, cols).reshape(N, rows, cols)
 
     q = flat(query.to(work) * s, L, E)                     # fold the scale into Q once
     kT = flat(key.to(work), S, E).transpose(1, 2)          # (N, E, S)
@@ -93,7 +107,6 @@ def scaled_dot_product_attention(
         v = torch.cat([v, v.new_ones(v.shape[0], S, 1)], dim=-1)
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         attn_mask = attn_mask.to(work)
-    N = q.shape[0]
 
     out = q.new_empty((N, L, Ev))
     for i0 in range(0, L, bq):
@@ -103,13 +116,13 @@ def scaled_dot_product_attention(
         O = q.new_zeros((N, i1 - i0, v.shape[-1]))         # O: running sum of e^{S - m} V
         for j0 in range(0, S, bk):
             j1 = min(j0 + bk, S)
-            if is_causal and j0 > i1 - 1:
+            if is_causal and j0 > i1 - 1 + d:
                 break                                      # every later key is in the future
             S_ij = torch.bmm(q[:, i0:i1], kT[:, :, j0:j1])  # (N, B_q, B_k) scores
-            if is_causal and j1 - 1 > i0:                  # tile crosses the diagonal
+            if is_causal and j1 - 1 > i0 + d:              # tile crosses the diagonal
                 rows = torch.arange(i0, i1, device=q.device)[:, None]
                 cols = torch.arange(j0, j1, device=q.device)
-                S_ij.masked_fill_(cols > rows, float("-inf"))
+                S_ij.masked_fill_(cols > rows + d, float("-inf"))
             elif attn_mask is not None:
                 tile = _tile(attn_mask, i0, i1, j0, j1)
                 grid = S_ij.view(*batch, i1 - i0, j1 - j0)  # broadcast the mask over batch dims
@@ -121,7 +134,7 @@ def scaled_dot_product_attention(
             row_max = S_ij.detach().flatten(0, 1).amax(dim=1).view_as(m)  # 2-d amax: faster
             m_new = torch.maximum(m, row_max)
             m_sub = m_new                                  # a row masked so far has m = -inf:
-            if attn_mask is not None:                      # subtract 0 instead (its P is 0)
+            if attn_mask is not None or d < 0:             # subtract 0 instead (its P is 0)
                 m_sub = m_new.masked_fill(m_new == float("-inf"), 0.0)
             P_ij = S_ij.sub_(m_sub).exp_()                 # e^{S - m_new}, in place
             alpha = torch.exp(m - m_sub)                   # e^{m - m_new} rescales old ℓ and O
@@ -134,4 +147,7 @@ def scaled_dot_product_attention(
         if fold_ell:
             O, ell = O[..., :-1], O[..., -1:]
         out[:, i0:i1] = O / ell.masked_fill(ell == 0, 1.0)  # fully masked row: 0 / 1 = 0
+    if L == 0 or S == 0:  # no tile ran: out is empty (L = 0) or zeros (S = 0, no key to see).
+        # An empty sum is exactly 0 but links the inputs to autograd: zero gradients, as torch.
+        out = out + sum(t.narrow(-1, 0, 0).sum().to(work) for t in (query, key, value))
     return out.reshape(*batch, L, Ev).to(dtype)

@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import torch
 
+#: ``causal_mask`` alignments: where the diagonal of the ``(L, S)`` grid starts
+ALIGNMENTS = ("top_left", "bottom_right")
 
-def causal_mask(L: int, S: int | None = None, device: torch.device | str | None = None
-                ) -> torch.Tensor:
-    """``(L, S)`` bool, True where ``j <= i``: query ``i`` sees keys ``0..i`` (top-left aligned).
 
-    This is the mask torch uses for ``is_causal=True``; ``S`` defaults to ``L``.
+def causal_mask(L: int, S: int | None = None, device: torch.device | str | None = None, *,
+                align: str = "top_left") -> torch.Tensor:
+    """``(L, S)`` bool causal mask, True where query ``i`` may see key ``j`` (``S`` defaults to L).
+
+    * ``align="top_left"`` (default): ``j <= i``, query ``i`` sees keys ``0..i``. This is the mask
+      torch uses for ``is_causal=True`` and for ``torch.nn.attention.bias.causal_upper_left``.
+    * ``align="bottom_right"``: ``j <= i + (S - L)``, the ``L`` queries are the *last* ``L``
+      positions of the ``S`` keys (a decoding step with a KV cache); torch's
+      ``causal_lower_right``. With ``L > S`` the first ``L - S`` rows see no key (zero output).
+
+    The two are the same mask when ``L == S``.
     """
     S = L if S is None else S
     if L < 0 or S < 0:
         raise ValueError(f"causal_mask needs non-negative lengths, got L={L}, S={S}")
-    return torch.ones(L, S, dtype=torch.bool, device=device).tril()
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {ALIGNMENTS}, got {align!r}")
+    diagonal = 0 if align == "top_left" else S - L
+    return torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=diagonal)
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:

@@ -4,7 +4,12 @@ r"""The textbook attention: every intermediate tensor materialized, one line per
           \quad s = 1/\sqrt{E}
 
 Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` → ``(..., L, Ev)``.
-Semantics are those of :func:`torch.nn.functional.scaled_dot_product_attention` (torch 2.13).
+Semantics are those of :func:`torch.nn.functional.scaled_dot_product_attention` (torch 2.13),
+including ``torch.nn.attention.bias`` masks (``causal_upper_left``, ``causal_lower_right``) and
+empty dimensions, with one deliberate difference: ``attn_mask`` together with ``is_causal=True``
+raises ``ValueError`` (torch's documented contract; torch 2.13's default CPU kernel instead
+applies both silently). bfloat16/float16 inputs are computed in float32 throughout, scores,
+probabilities and P·V, and rounded once at the end, as torch's math kernel does.
 """
 
 from __future__ import annotations
@@ -13,9 +18,28 @@ import math
 
 import torch
 
-from ._validate import check_sdpa_args, compute_dtype, expand_gqa
+from ._validate import causal_alignment, check_sdpa_args, compute_dtype, expand_gqa
 from .masks import causal_mask
 from .softmax import safe_softmax
+
+
+def _probabilities(query, key, attn_mask, align, scale) -> torch.Tensor:
+    """softmax(QKᵀ·s + M) in the compute dtype (float32 for half inputs): never rounded here."""
+    q, k = query.to(compute_dtype(query.dtype)), key.to(compute_dtype(query.dtype))
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(E) if E > 0 else 1.0  # E = 0: QKᵀ is an empty sum, all zeros,
+    elif E == 0:                                        # which torch keeps at 0 for any scale:
+        scale = 1.0                                     # uniform weights, not 0·inf = NaN
+    scores = (q @ k.transpose(-2, -1)) * scale                    # (..., L, S)
+    if align is not None:
+        attn_mask = causal_mask(L, S, device=q.device, align=align)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))  # True = may attend
+        else:
+            scores = scores + attn_mask.to(scores.dtype)            # additive mask
+    return safe_softmax(scores)
 
 
 def attention_weights(
@@ -26,23 +50,18 @@ def attention_weights(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """The ``(..., L, S)`` probabilities softmax(QKᵀ·s + M); rows sum to 1 (0 if fully masked)."""
+    """The ``(..., L, S)`` probabilities softmax(QKᵀ·s + M); rows sum to 1 (0 if fully masked).
+
+    ``attn_mask``: bool (True = may attend), additive float, or a ``torch.nn.attention.bias``
+    causal bias; with ``is_causal=True`` it must be ``None`` (``ValueError`` otherwise, see the
+    module docstring). Returned in the input dtype.
+    """
     value = key[..., :1]  # weights do not depend on V; a stand-in with the right S
     check_sdpa_args(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa)
     if enable_gqa:
         key, _ = expand_gqa(query, key, value)
-    dtype = query.dtype
-    q, k = query.to(compute_dtype(dtype)), key.to(compute_dtype(dtype))
-    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * s                        # (..., L, S)
-    if is_causal:
-        attn_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))  # True = may attend
-        else:
-            scores = scores + attn_mask.to(scores.dtype)            # additive mask
-    return safe_softmax(scores).to(dtype)
+    attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
+    return _probabilities(query, key, attn_mask, align, scale).to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -55,12 +74,18 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """softmax(QKᵀ·s + M) V, the ``(..., L, S)`` scores materialized; returns ``(..., L, Ev)``."""
+    """softmax(QKᵀ·s + M) V, the ``(..., L, S)`` scores materialized; returns ``(..., L, Ev)``.
+
+    ``attn_mask``: bool (True = may attend), additive float, or a ``torch.nn.attention.bias``
+    causal bias (``causal_upper_left`` / ``causal_lower_right``: the variant decides the
+    alignment). ``attn_mask`` with ``is_causal=True`` raises ``ValueError``, as torch documents
+    (torch 2.13's default CPU kernel silently applies both; combine the masks yourself).
+    """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if enable_gqa:
         key, value = expand_gqa(query, key, value)
-    dtype = query.dtype
-    weights = attention_weights(query, key, attn_mask, is_causal, scale).to(compute_dtype(dtype))
+    attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
+    weights = _probabilities(query, key, attn_mask, align, scale)  # float32 for half inputs
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, p=dropout_p)  # kept weights scaled 1/(1-p)
-    return (weights @ value.to(weights.dtype)).to(dtype)
+    return (weights @ value.to(weights.dtype)).to(query.dtype)     # rounded once, at the end

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ._validate import check_sdpa_args
+from ._validate import causal_alignment, check_sdpa_args
+from .masks import causal_mask
 
 #: course name -> torch backend enum
 BACKENDS: dict[str, SDPBackend] = {
@@ -75,6 +76,11 @@ def scaled_dot_product_attention(
     ``backend``: ``None`` lets torch choose; ``"math" | "flash" | "efficient" | "cudnn"`` pins
     that kernel and raises :class:`BackendUnavailableError` (a ``RuntimeError``) with torch's
     reasons if it cannot run these inputs.
+
+    ``attn_mask`` may be a ``torch.nn.attention.bias`` causal bias: it is handed to torch as is,
+    so torch picks its kernel for the variant. One deliberate difference from torch 2.13:
+    ``attn_mask`` with ``is_causal=True`` raises ``ValueError`` here, as torch's documentation
+    says, whereas torch's default CPU kernel silently applies both (its math kernel raises).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     kw = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
@@ -130,6 +136,13 @@ def backend_report(
         except BackendUnavailableError as err:
             report.eligible[name] = False
             report.reasons[name] = str(err).split(": ", 1)[-1]
+    attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)  # CausalBias: as torch
+    if align is not None:                                                  # dispatches it
+        is_causal = align == "top_left"
+        if not is_causal:
+            attn_mask = causal_mask(query.shape[-2], key.shape[-2], device=query.device,
+                                    align=align)
+    kw.update(attn_mask=attn_mask, is_causal=is_causal)
     try:
         report.chosen = _NAMES.get(torch._fused_sdp_choice(query, key, value, **kw), "math")
     except (AttributeError, RuntimeError, TypeError):

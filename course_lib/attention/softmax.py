@@ -17,6 +17,8 @@ def safe_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Every exponent is ≤ 0, so nothing overflows; ``-inf`` entries get weight 0; a row that is
     entirely ``-inf`` returns zeros.
     """
+    if x.shape[dim] == 0:
+        return x                                 # no keys: nothing to normalise (amax would raise)
     m = x.amax(dim=dim, keepdim=True)
     m = m.masked_fill(m == float("-inf"), 0.0)  # dead row: any finite shift will do
     e = torch.exp(x - m)                         # exp(-inf) = 0 for masked keys
