@@ -5,17 +5,17 @@ from __future__ import annotations
 import torch
 
 from course_lib import exercises
-from course_lib.chapters.ch08_capstone import exercises as ch08_capstone
+from course_lib.chapters.ch11_capstone import exercises as ch11_capstone
 
 
 def test_listed_for_the_capstone() -> None:
     ids = {e["id"]: e for e in exercises.list_exercises()}
-    assert ids["induction_score"]["chapter"] == "08_capstone"
+    assert ids["induction_score"]["chapter"] == "11_capstone"
 
 
 def test_solution_passes_and_mistakes_are_diagnosed() -> None:
-    assert exercises.check("induction_score", ch08_capstone.induction_score).passed
-    for mistake in ch08_capstone.INDUCTION_SCORE.mistakes:
+    assert exercises.check("induction_score", ch11_capstone.induction_score).passed
+    for mistake in ch11_capstone.INDUCTION_SCORE.mistakes:
         result = exercises.check("induction_score", mistake.fn)
         assert not result.passed
         assert result.mistake == mistake.id

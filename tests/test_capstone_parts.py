@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.chapters.ch08_capstone import exercises as ch08_capstone
-from course_lib.chapters.ch08_capstone import probes, tasks
-from course_lib.chapters.ch08_capstone.model import TinyTransformer, sinusoidal_positions
+from course_lib.chapters.ch11_capstone import exercises as ch11_capstone
+from course_lib.chapters.ch11_capstone import probes, tasks
+from course_lib.chapters.ch11_capstone.model import TinyTransformer, sinusoidal_positions
 
 # ------------------------------------------------------------------------------------ tasks
 
@@ -122,7 +122,7 @@ def test_induction_score_matches_the_exercise_solution_and_batches() -> None:
     assert got.shape == (3, 2)
     for b in range(3):
         for h in range(2):
-            want = ch08_capstone.induction_score(maps[b, h], 4)
+            want = ch11_capstone.induction_score(maps[b, h], 4)
             assert abs(got[b, h].item() - want) < 1e-6
 
 

@@ -1,4 +1,4 @@
-"""Chapter 6 helpers: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
+"""Chapter 7 helpers: FLOP and memory formulas (checked against FlopCounterMode), measuring."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_lib import reference
-from course_lib.chapters.ch06_complexity import helpers as cx
+from course_lib.chapters.ch07_complexity import helpers as cx
 
 
 @pytest.mark.parametrize("n,d", [(1, 1), (7, 3), (128, 64), (100, 48)])

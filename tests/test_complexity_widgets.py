@@ -10,9 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from course_lib.chapters.ch06_complexity import explorer as cw
-from course_lib.chapters.ch06_complexity import helpers as cx
-from course_lib.chapters.ch06_complexity import plots as cplots
+from course_lib.chapters.ch07_complexity import explorer as cw
+from course_lib.chapters.ch07_complexity import helpers as cx
+from course_lib.chapters.ch07_complexity import plots as cplots
 
 
 @pytest.mark.parametrize("n,d", [(1024, 512), (64, 2048), (16384, 64)])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib import flash, reference
-from course_lib.chapters.ch07_flash.helpers import ShapeRecorder
+from course_lib.chapters.ch08_flash.helpers import ShapeRecorder
 
 
 def _big_tensors(shapes, L, S):

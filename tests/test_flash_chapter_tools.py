@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from course_lib import flash, reference
-from course_lib.chapters.ch07_flash import explorer as flash_widgets
-from course_lib.chapters.ch07_flash import helpers as flash_tools
-from course_lib.chapters.ch07_flash import plots as flash_plots
+from course_lib.chapters.ch08_flash import explorer as flash_widgets
+from course_lib.chapters.ch08_flash import helpers as flash_tools
+from course_lib.chapters.ch08_flash import plots as flash_plots
 
 
 def test_byte_counts_and_intensity():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK = ROOT / "book" / "06_complexity.ipynb"
+NOTEBOOK = ROOT / "book" / "07_complexity.ipynb"
 
 
 def _figures(nb: dict) -> int:

@@ -81,7 +81,7 @@ def test_setup_cell_is_a_no_op_when_course_lib_is_importable(monkeypatch, capsys
 def test_solution_checks_do_not_record_after_the_tool(tmp_path, monkeypatch):
     """The book's solution cells, as the tool rewrites them, leave the record empty."""
     monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "p.sqlite3"))
-    nb = json.loads((BOOK / "05_masks.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((BOOK / "06_masks.ipynb").read_text(encoding="utf-8"))
     notebook_setup.apply(nb, _setup_source())
     namespace: dict = {}
     exec("import math, torch\nfrom course_lib import exercises", namespace)

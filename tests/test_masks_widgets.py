@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from course_lib import masks, reference
-from course_lib.chapters.ch05_masks import explorer as mw
-from course_lib.chapters.ch05_masks import plots as mask_plots
-from course_lib.chapters.ch05_masks.helpers import causal_mask_bottom_right
+from course_lib.chapters.ch06_masks import explorer as mw
+from course_lib.chapters.ch06_masks import plots as mask_plots
+from course_lib.chapters.ch06_masks.helpers import causal_mask_bottom_right
 
 
 def test_batch_tokens_pads_only_the_chosen_sequence():

@@ -1,4 +1,4 @@
-"""Chapter 5 helpers: textbook code, mask conventions, L != S alignment, fill values."""
+"""Chapter 6 helpers: textbook code, mask conventions, L != S alignment, fill values."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from course_lib import masks, reference
 from course_lib.attention import MultiHeadAttention
-from course_lib.chapters.ch05_masks import helpers as mt
+from course_lib.chapters.ch06_masks import helpers as mt
 
 
 def test_textbook_attention_is_nan_on_dead_rows_and_matches_elsewhere():

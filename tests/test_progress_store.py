@@ -221,9 +221,9 @@ def test_progress_views(record_path, tmp_path, capsys, monkeypatch):
     table = exercises.progress()
     rows = {r["chapter"]: r for r in table}
     assert rows["03_softmax"]["done"] == 1 and rows["03_softmax"]["total"] == 2
-    assert rows["05_masks"]["attempts"] == 2 and rows["05_masks"]["done"] == 0
-    assert rows["05_masks"]["last_mistake"].startswith("padding_mask: ")
-    assert "<table" in table._repr_html_() and "05_masks" in repr(table)
+    assert rows["06_masks"]["attempts"] == 2 and rows["06_masks"]["done"] == 0
+    assert rows["06_masks"]["last_mistake"].startswith("padding_mask: ")
+    assert "<table" in table._repr_html_() and "06_masks" in repr(table)
 
     assert main(["progress"]) == 0
     out = capsys.readouterr().out

@@ -1,7 +1,7 @@
 """Re-execute the book's notebooks in place: the one way their stored outputs are produced.
 
     .venv/bin/python tools/execute_notebooks.py                 # every book/*.ipynb
-    .venv/bin/python tools/execute_notebooks.py book/05_masks.ipynb
+    .venv/bin/python tools/execute_notebooks.py book/06_masks.ipynb
 
 Each notebook runs top to bottom in a fresh kernel of this interpreter, from ``book/`` (so
 relative paths resolve as under nbval and the book build), with the environment nbval sees in

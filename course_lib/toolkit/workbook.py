@@ -65,7 +65,7 @@ def find_source(source: str | Path | None = None) -> Path:
         if not sorted(path.glob(CHAPTER_GLOB)):
             raise WorkbookError(f"no chapter notebooks (NN_name.ipynb) in {path}")
         return path
-    candidates = [Path.cwd() / "book", Path(__file__).resolve().parent.parent / "book"]
+    candidates = [Path.cwd() / "book", Path(__file__).resolve().parents[2] / "book"]
     for path in candidates:
         if sorted(path.glob(CHAPTER_GLOB)):
             return path

@@ -1,1 +1,1 @@
-"""Chapter 01: see book/01_library_analogy.ipynb."""
+"""Chapter 1: see book/01_library_analogy.ipynb."""

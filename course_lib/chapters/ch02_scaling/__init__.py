@@ -1,1 +1,1 @@
-"""Chapter 02: see book/02_scaling.ipynb."""
+"""Chapter 2: see book/02_scaling.ipynb."""

@@ -1,1 +1,1 @@
-"""Chapter 03: see book/03_softmax.ipynb."""
+"""Chapter 3: see book/03_softmax.ipynb."""

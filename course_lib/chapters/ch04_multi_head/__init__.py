@@ -1,1 +1,1 @@
-"""Chapter 04: see book/04_multi_head.ipynb."""
+"""Chapter 4: see book/04_multi_head.ipynb."""

@@ -1,4 +1,4 @@
-"""Chapter 6 (complexity): count the FLOPs and the score-matrix memory of attention."""
+"""Chapter 7 (complexity): count the FLOPs and the score-matrix memory of attention."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def attention_flops(n: int, d: int) -> int:
 
 ATTENTION_FLOPS = Exercise(
     id="attention_flops",
-    chapter="06_complexity",
+    chapter="07_complexity",
     title="Count the FLOPs of attention",
     signature="attention_flops(n, d) -> int",
     params=("n", "d"),
@@ -68,7 +68,7 @@ def attention_memory(n: int, heads: int = 1, bytes_per_element: int = 4) -> int:
 
 ATTENTION_MEMORY = Exercise(
     id="attention_memory",
-    chapter="06_complexity",
+    chapter="07_complexity",
     title="Memory of the score matrices",
     signature="attention_memory(n, heads=1, bytes_per_element=4) -> int (bytes)",
     params=("n", "heads", "bytes_per_element"),

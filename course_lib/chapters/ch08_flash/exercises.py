@@ -1,4 +1,4 @@
-"""Chapter 7 (Flash): ``online_softmax_stats`` and a blockwise ``flash_attention``."""
+"""Chapter 8 (Flash): ``online_softmax_stats`` and a blockwise ``flash_attention``."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _stats_last_max(blocks):
 
 ONLINE_SOFTMAX_STATS = Exercise(
     id="online_softmax_stats",
-    chapter="07_flash",
+    chapter="08_flash",
     title="Online softmax statistics",
     signature="online_softmax_stats(blocks: iterator of 1-D tensors) -> (m, l)",
     params=("blocks",),
@@ -192,7 +192,7 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
 FLASH_ATTENTION = Exercise(
     id="flash_attention",
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
-    chapter="07_flash",
+    chapter="08_flash",
     title="Flash attention, block by block",
     signature="flash_attention(q, k, v (B, H, N, D), block_size=64) -> (B, H, N, D)",
     params=("q", "k", "v", "block_size"),

@@ -1,4 +1,4 @@
-"""Chapter 8 (capstone): ``induction_score``, reading an induction head off its attention map."""
+"""Chapter 11 (capstone): ``induction_score``, reading an induction head off its attention map."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _transposed(attn, period):
 
 INDUCTION_SCORE = Exercise(
     id="induction_score",
-    chapter="08_capstone",
+    chapter="11_capstone",
     title="The induction score of an attention map",
     signature="induction_score(attn (N, N), period) -> float (or a 0-d tensor)",
     params=("attn", "period"),

@@ -1,4 +1,4 @@
-"""Chapter 5 (masks): ``causal_mask``, ``padding_mask``, ``masked_attention``.
+"""Chapter 6 (masks): ``causal_mask``, ``padding_mask``, ``masked_attention``.
 
 Convention everywhere (torch's SDPA): a bool mask is True where a query *may* attend a key.
 """
@@ -30,7 +30,7 @@ def causal_mask(n: int) -> torch.Tensor:
 
 CAUSAL_MASK = Exercise(
     id="causal_mask",
-    chapter="05_masks",
+    chapter="06_masks",
     title="The causal mask",
     signature="causal_mask(n) -> bool (n, n), True where j <= i",
     params=("n",),
@@ -91,7 +91,7 @@ def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
 
 PADDING_MASK = Exercise(
     id="padding_mask",
-    chapter="05_masks",
+    chapter="06_masks",
     title="The padding mask",
     signature="padding_mask(tokens (B, N) int, pad_id=0) -> bool (B, 1, 1, N)",
     params=("tokens", "pad_id"),
@@ -197,7 +197,7 @@ def _ma_no_scaling(q, k, v, mask):
 MASKED_ATTENTION = Exercise(
     id="masked_attention",
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
-    chapter="05_masks",
+    chapter="06_masks",
     title="Attention with a mask",
     signature="masked_attention(q (..., L, E), k (..., S, E), v (..., S, M), "
               "mask bool broadcastable to (..., L, S)) -> (..., L, M)",

@@ -10,7 +10,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from .helpers import arithmetic_intensity
 
-#: one colour per implementation, reused by every figure of chapters 6–7
+#: one colour per implementation, reused by every figure of chapters 7–7
 IMPL_COLORS = {"reference": "#c0392b", "flash": "#2471a3", "sdpa": "#229954", "torch": "#7d3c98"}
 IMPL_LABELS = {"reference": "naive (reference)", "flash": "course_lib.flash",
                "sdpa": "course_lib.sdpa", "torch": "torch SDPA (direct)"}

@@ -1,1 +1,0 @@
-"""Chapter 05: see book/05_masks.ipynb."""

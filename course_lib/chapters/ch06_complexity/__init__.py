@@ -1,1 +1,0 @@
-"""Chapter 06: see book/06_complexity.ipynb."""

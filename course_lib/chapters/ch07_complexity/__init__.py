@@ -1,0 +1,1 @@
+"""Chapter 7: see book/07_complexity.ipynb."""

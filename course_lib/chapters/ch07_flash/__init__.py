@@ -1,1 +1,0 @@
-"""Chapter 07: see book/07_flash.ipynb."""

@@ -1,0 +1,1 @@
+"""Chapter 8: see book/08_flash.ipynb."""
