@@ -54,6 +54,7 @@ assets: $(NODE_STAMP) install
 
 lint: install
 	$(BIN)/ruff check course_lib tests bench tools
+	$(BIN)/python tools/notebook_setup.py --check book/*.ipynb
 
 unit: install
 	COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 -q --ignore=tests/browser
