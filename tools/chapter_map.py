@@ -72,7 +72,7 @@ def draw(stems: list[str]) -> str:
             f'fill-opacity="0.12" stroke="{colour}" stroke-width="2"/>\n'
             f'<circle cx="{x + 22}" cy="{y + 24}" r="13" fill="{colour}"/>\n'
             f'<text x="{x + 22}" y="{y + 29}" font-size="14" font-weight="bold" '
-            f'text-anchor="middle" fill="#fff">{i + 1}</text>\n'
+            f'text-anchor="middle" fill="#fff">{int(stem[:2])}</text>\n'
             f'<text x="{x + 42}" y="{y + 29}" font-size="14" font-weight="bold" '
             f'fill="#1f2a3c">{escape(title)}</text>\n'
             f'<text x="{x + 14}" y="{y + 56}" font-size="12.5" fill="#333">'
@@ -92,7 +92,7 @@ def draw(stems: list[str]) -> str:
                               'stroke-width="2" marker-end="url(#arr)"/>')
     parts_desc = "; ".join(
         f"{PARTS[p][0].split(':')[0].capitalize()}: "
-        + ", ".join(f"{i + 1} {CHAPTERS[s][0]}" for i, s in enumerate(stems) if CHAPTERS[s][2] == p)
+        + ", ".join(f"{int(s[:2])} {CHAPTERS[s][0]}" for s in stems if CHAPTERS[s][2] == p)
         for p in PARTS if any(CHAPTERS[s][2] == p for s in stems))
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
