@@ -70,6 +70,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._engine import run_check
+from ._isolation import FileSource
 from ._progress import load_progress, progress_path, record
 from ._registry import registry
 from ._result import HEADLINES, CheckResult
@@ -122,6 +123,8 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
     """Run ``fn`` on fresh generated cases and compare with the reference. Never raises.
 
     ``timeout``: seconds allowed per call of ``fn``. ``seed``: fix the random cases (tests).
+    ``fn`` runs in a separate (forked) worker process: nothing it does (exit, crash, endless
+    loop, patching torch, changing the default dtype...) reaches your session or the verdict.
     """
     try:
         table = registry()
@@ -129,7 +132,7 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
             return CheckResult(exercise=str(exercise_id), passed=False, status="error",
                                mistake="unknown_exercise", message=_unknown(exercise_id))
         ex = table[exercise_id]
-        if not callable(fn):
+        if not callable(fn) and not isinstance(fn, FileSource):
             result = CheckResult(
                 exercise=ex.id, passed=False, status="error", mistake="not_callable",
                 message=(f"check needs your function itself, not a {type(fn).__name__}: write "
@@ -141,7 +144,7 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
             exercise=str(exercise_id), passed=False, status="error", mistake="checker_error",
             message=("The checker itself failed (not your fault; please report it): "
                      f"{type(e).__name__}: {e}"))
-    if result.mistake != "unknown_exercise":
+    if result.mistake not in ("unknown_exercise", "load_error"):
         result.progress_error = record(result.exercise, result.passed, result.status,
                                        result.mistake)
     return result
