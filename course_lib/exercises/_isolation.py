@@ -291,6 +291,25 @@ def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
         yield out
 
 
+def run_bare(source: Any, cases: list[Case], params: tuple[str, ...]) -> Iterator[Any]:
+    """Yields like :func:`run_in_process` with no watch at all (no time limit, no forbidden
+    calls, no N×N watch): the course's statistical tests of its own solutions and mistakes."""
+    fn, prepared = _prepare(source)
+    yield prepared
+    if fn is None or prepared.untouched:
+        return
+    for case in cases:
+        args, watch = fresh_args(case.args, params)
+        out = CallOutcome()
+        try:
+            out.value = fn(*args)
+        except Exception as e:
+            out.error, out.error_type = e, type(e).__name__
+            out.traceback_text = f"{type(e).__name__}: {e}"
+        out.inputs_after = [copy for _, copy, _ in watch]
+        yield out
+
+
 # --------------------------------------------------------------------------- the worker (child)
 
 _CURRENT: list[CallOutcome | None] = [None]

@@ -117,6 +117,10 @@ class Exercise:
             learner may call here, e.g. ``("course_lib.masks.causal_mask",)``; any other call
             into code that lives in the course_lib package is refused as "the course's own
             answer".
+        magnitude: ``magnitude(*case.args)``: the size of the terms each output entry sums
+            (shaped like the output, or a tuple of such / ``None`` per output). Where terms
+            cancel, rounding is relative to it, not to the answer (``rtol`` applies to
+            ``max(|expected|, magnitude)``); e.g. ``|q| @ |k|ᵀ / √E`` for ``q @ kᵀ / √E``.
     """
 
     id: str
@@ -133,6 +137,7 @@ class Exercise:
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()
     allowed_course_calls: tuple[str, ...] = ()
+    magnitude: Callable[..., Any] | None = None
     order: int = field(default_factory=lambda: next(_ORDER), repr=False)
 
     def __post_init__(self) -> None:
