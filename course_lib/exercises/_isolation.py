@@ -249,11 +249,18 @@ def load_file(path: str) -> Any:
     return module
 
 
-def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
+def _untouched(fn: Any) -> bool:
     from ._engine import is_untouched
 
+    try:
+        return bool(is_untouched(fn))
+    except BaseException:   # an odd callable (its attributes raise...): judge it by its calls
+        return False
+
+
+def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
     if not isinstance(source, FileSource):
-        return source, Prepared(untouched=is_untouched(source))
+        return source, Prepared(untouched=_untouched(source))
     if not Path(source.path).is_file():
         return None, Prepared(load_error=f"no such file: {source.path}")
     try:
@@ -269,7 +276,7 @@ def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
         return None, Prepared(load_error=(
             f"{source.path} defines no function named {source.function!r}"
             + (f" (it defines: {', '.join(defined)}); use --function NAME" if defined else "")))
-    return fn, Prepared(untouched=is_untouched(fn))
+    return fn, Prepared(untouched=_untouched(fn))
 
 
 # --------------------------------------------------------------------------- in-process runner
