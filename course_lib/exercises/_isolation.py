@@ -20,6 +20,8 @@ cannot reach the parent: the learner's session.
 
 from __future__ import annotations
 
+import functools
+import gc
 import importlib.util
 import io
 import os
@@ -62,6 +64,7 @@ def _both(path: Path) -> tuple[str, ...]:
     return tuple({str(path), str(path.resolve())})
 
 
+@functools.lru_cache(maxsize=1)
 def course_dirs() -> tuple[str, ...]:
     """The ``course_lib`` package's folder (as imported and resolved), with a trailing slash."""
     import course_lib
@@ -69,6 +72,7 @@ def course_dirs() -> tuple[str, ...]:
     return tuple(d.rstrip(os.sep) + os.sep for d in _both(Path(course_lib.__file__).parent))
 
 
+@functools.lru_cache(maxsize=1)
 def machinery_files() -> frozenset[str]:
     """The checker's own modules: the ``_*.py`` files next to this one (not ``__init__.py``).
 
@@ -351,6 +355,7 @@ def _vm_bytes() -> int | None:
 
 
 def _setup_child(memory_cap: int | None) -> None:
+    gc.freeze()     # the inherited objects: a collection here would copy every page they are on
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         try:
             signal.signal(sig, signal.SIG_DFL)
@@ -388,6 +393,20 @@ def _send(fd: int, obj: Any) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+_SERIALISATION_WARM = [False]
+
+
+def _warm_serialisation() -> None:
+    """Save and load once here, so every worker inherits torch.save's lazy set-up (ms each)."""
+    if not _SERIALISATION_WARM[0]:
+        buf = io.BytesIO()
+        torch.save({"kind": "warm", "t": torch.zeros(2), "x": (1, [2.0], None)}, buf)
+        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        machinery_files()
+        course_dirs()
+        _SERIALISATION_WARM[0] = True
 
 
 def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
@@ -536,6 +555,7 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
     "signal:N"). The worker is killed when the generator closes.
     """
     _warm_up()
+    _warm_serialisation()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
