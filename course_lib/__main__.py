@@ -83,16 +83,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     ex = _exercises()
     _known_id(args.id)
     exercise = ex.get_exercise(args.id)
-    module = load_file(args.file)
-    name = args.function or exercise.function_name
-    fn = getattr(module, name, None)
-    if fn is None:
-        defined = sorted(k for k, v in vars(module).items()
-                         if callable(v) and getattr(v, "__module__", None) == module.__name__)
-        raise _UsageError(
-            f"{args.file} defines no function named {name!r}"
-            + (f" (it defines: {', '.join(defined)}); use --function NAME" if defined else ""))
-    result = ex.check(args.id, fn, timeout=args.timeout, seed=args.seed)
+    if not Path(args.file).is_file():
+        raise _UsageError(f"no such file: {args.file}")
+    # The file is loaded in the check's worker process, under the time limit: an endless loop
+    # (or os._exit) at its top level ends with a message instead of hanging this command.
+    source = ex.FileSource(args.file, args.function or exercise.function_name)
+    result = ex.check(args.id, source, timeout=args.timeout, seed=args.seed)
+    if result.mistake == "load_error":
+        raise _UsageError(result.message)
     if args.json:
         fields = ("exercise", "passed", "status", "mistake", "message", "details", "failed_case",
                   "cases_run", "cases_total", "printed")

@@ -18,6 +18,14 @@ def _progress_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
 
 
+@pytest.fixture(autouse=True)
+def _course_code_allowed(monkeypatch):
+    """These tests check the course's own solutions and mistakes, which live in course_lib:
+    allow calls into it (a learner's call is refused; see test_exercises_isolation.py)."""
+    for ex in registry().values():
+        monkeypatch.setattr(ex, "allowed_course_calls", ("course_lib",))
+
+
 def test_catalogue_lists_every_exercise_in_chapter_order():
     listed = exercises.list_exercises()
     assert [e["id"] for e in listed] == IDS and len(IDS) >= 15

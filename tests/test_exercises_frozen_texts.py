@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from course_lib import exercises
+from course_lib.toolkit.checking._registry import registry
 
 PASS_MESSAGES = {
     "retrieve": "All 4 cases passed: basic; float64, odd sizes; one matching key; many keys.",
@@ -42,6 +43,8 @@ PASS_MESSAGES = {
 @pytest.fixture(autouse=True)
 def _progress_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
+    for ex in registry().values():   # the course's own solutions live in course_lib
+        monkeypatch.setattr(ex, "allowed_course_calls", ("course_lib",))
 
 
 @pytest.mark.parametrize("exercise_id", sorted(PASS_MESSAGES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 
@@ -123,8 +124,11 @@ def test_returns_wrong_type_for_int_exercise():
 
 
 def test_returns_non_tuple_where_tuple_expected():
-    ex = exercises.get_exercise("self_attention")
-    result = exercises.check("self_attention", lambda *a: ex.solution(*a)[0])
+    def out_only(x, w_q, w_k, w_v):
+        q, k, v = x @ w_q, x @ w_k, x @ w_v
+        return _stable(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) @ v
+
+    result = exercises.check("self_attention", out_only)
     assert result.mistake == "wrong_type" and "(out, weights)" in result.message
 
 
@@ -267,11 +271,11 @@ def test_unknown_hint_and_solution_do_not_raise():
     assert "no exercise" in exercises.solution("nope")
 
 
-def test_time_limit_never_interrupts_an_import(tmp_path, monkeypatch):
-    marker = tmp_path / "imported"
+def test_time_limit_never_leaves_a_half_imported_module(tmp_path, monkeypatch):
+    """The learner's code runs in a worker process: a time-out there kills the worker, and the
+    learner's session never sees the import at all (no half-initialised module)."""
     (tmp_path / "course_lib_slow_module.py").write_text(
-        "import pathlib, time\nt0 = time.time()\nwhile time.time() - t0 < 0.8:\n    pass\n"
-        f"pathlib.Path({str(marker)!r}).write_text('done')\n")
+        "import time\nt0 = time.time()\nwhile time.time() - t0 < 0.8:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def importer(x, dim=-1):
@@ -281,7 +285,4 @@ def test_time_limit_never_interrupts_an_import(tmp_path, monkeypatch):
 
     result = exercises.check("softmax", importer, timeout=0.2)
     assert result.mistake == "timeout"
-    deadline = time.monotonic() + 10
-    while not marker.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert marker.exists()          # the import ran to its end instead of breaking half-way
+    assert "course_lib_slow_module" not in sys.modules

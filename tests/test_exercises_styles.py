@@ -121,6 +121,8 @@ def online_stats_floats(blocks):
     for b in blocks:
         bm = float(b.max())
         new = max(m, bm)
+        if new == -math.inf:          # only -inf so far: nothing to add (and -inf - -inf is NaN)
+            continue
         l = l * math.exp(m - new) + float(torch.exp(b.double() - new).sum())
         m = new
     return m, l

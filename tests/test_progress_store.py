@@ -20,6 +20,13 @@ from course_lib.toolkit.checking import _progress
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def _course_code_allowed(monkeypatch):
+    """These tests record the course's own solutions and mistakes, which live in course_lib."""
+    for ex in exercises.registry().values():
+        monkeypatch.setattr(ex, "allowed_course_calls", ("course_lib",))
+
+
 @pytest.fixture()
 def record_path(tmp_path, monkeypatch):
     path = tmp_path / "record" / "progress.sqlite3"

@@ -29,6 +29,11 @@ def _oracle(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return (q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])).to(q.dtype)
 
 
+def _magnitude(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    # the size of the E products each score sums: rounding is relative to it where they cancel
+    return q.double().abs() @ k.double().abs().transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
 def scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Scores QKᵀ/√E: q (..., L, E), k (..., S, E) -> (..., L, S)."""
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -64,6 +69,7 @@ SCALED_SCORES = Exercise(
     oracle=_oracle,
     solution=scaled_scores,
     tolerances={torch.float16: (1e-2, 1e-2)},
+    magnitude=_magnitude,
     hints=(
         "Every query must be compared with every key: a matrix product whose result has one row "
         "per query (L) and one column per key (S).",

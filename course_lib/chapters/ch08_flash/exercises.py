@@ -18,9 +18,9 @@ def _stats_cases(gen: torch.Generator) -> list[Case]:
 
     rising = [r(4), r(3) + 2.0, r(5) + 4.0]              # the max moves in every block
     falling = [r(4) + 4.0, r(6), r(2) - 3.0]              # the max is in the first block
-    with_inf = [r(3), r(4), r(3)]
-    with_inf[1][2] = float("-inf")
-    with_inf[0][0] = float("-inf")
+    with_inf = [torch.full((2,), float("-inf")), r(3), r(4), r(3)]   # block 0: only -inf
+    with_inf[2][2] = float("-inf")
+    with_inf[1][0] = float("-inf")
     return [
         Case("rising maxima", (OnceIterator(rising),)),
         Case("max in the first block", (OnceIterator(falling),)),
@@ -30,7 +30,8 @@ def _stats_cases(gen: torch.Generator) -> list[Case]:
         Case("large magnitudes", (OnceIterator([r(5, s=300.0), r(5, s=300.0) + 500.0,
                                                 r(3, s=300.0)]),),
              note="entries in the hundreds: exp must never see them unshifted"),
-        Case("-inf entries", (OnceIterator(with_inf),), note="two entries are -inf"),
+        Case("-inf entries", (OnceIterator(with_inf),),
+             note="the first block is all -inf, and two more entries are -inf"),
     ]
 
 
@@ -51,6 +52,8 @@ def online_softmax_stats(blocks) -> tuple[torch.Tensor, torch.Tensor]:
     ell = torch.tensor(0.0)
     for block in blocks:
         m_new = torch.maximum(m, block.max().to(m.dtype))   # (eq-online-m)
+        if m_new == float("-inf"):
+            continue                  # only -inf so far: every term is 0 (and -inf - -inf = NaN)
         ell = (torch.exp(m - m_new) * ell                    # (eq-online-l)
                + torch.exp(block - m_new).sum())
         m = m_new
@@ -69,6 +72,17 @@ def _stats_not_rescaled(blocks):
         b = b.double()
         m = torch.maximum(m, b.max())
         l = l + torch.exp(b - m).sum()
+    return _like(blocks, m, l)
+
+
+def _stats_nan_on_inf_block(blocks):
+    blocks = list(blocks)
+    m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    for b in blocks:
+        b = b.double()
+        m_new = torch.maximum(m, b.max())
+        l = l * torch.exp(m - m_new) + torch.exp(b - m_new).sum()   # NaN while m_new is -inf
+        m = m_new
     return _like(blocks, m, l)
 
 
@@ -106,12 +120,17 @@ ONLINE_SOFTMAX_STATS = Exercise(
         "When a block raises the maximum from m to m_new, every old term exp(x - m) must become "
         "exp(x - m_new): multiply the old sum by exp(m - m_new).",
         "m_new = max(m, block.max()); l = l * exp(m - m_new) + exp(block - m_new).sum(); "
-        "m = m_new  (start from m = -inf, l = 0)",
+        "m = m_new  (start from m = -inf, l = 0). While m_new is still -inf (only -inf "
+        "entries so far) skip the block: exp(-inf - (-inf)) is NaN.",
     ),
     mistakes=(
         Mistake("sum_not_rescaled", "When the maximum grows you kept the old sum as it was. "
                 "Its terms were exp(x - m_old); re-base them: l = l * exp(m_old - m_new) + ...",
                 _stats_not_rescaled),
+        Mistake("nan_on_inf_block", "A block of only -inf entries before any finite entry "
+                "makes your l NaN: with m = m_new = -inf, m - m_new and block - m_new are "
+                "-inf - (-inf) = NaN. Skip a block while the running maximum is still -inf (its "
+                "terms are all exp(-inf) = 0).", _stats_nan_on_inf_block),
         Mistake("no_max_shift", "You returned Σ exp(x) without subtracting the maximum: l must "
                 "be Σ exp(x - m) (that is what keeps exp from overflowing).", _stats_no_shift),
         Mistake("last_block_max", "Your m is the maximum of the last block only: keep the "

@@ -74,6 +74,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._engine import run_check
+from ._isolation import FileSource
 from ._progress import load_progress, progress_path
 from ._progress import record as _record_attempt
 from ._progress_view import ProgressTable, progress, source_sha256
@@ -130,6 +131,8 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
     ``timeout``: seconds allowed per call of ``fn``. ``seed``: fix the random cases (tests).
     ``record``: add the attempt to the progress record (the book's own solution cells pass
     ``record=False``: only the learner's attempts count). An untouched starter is not recorded.
+    ``fn`` runs in a separate (forked) worker process: nothing it does (exit, crash, endless
+    loop, patching torch, changing the default dtype...) reaches your session or the verdict.
     """
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
@@ -140,7 +143,7 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
             return CheckResult(exercise=str(exercise_id), passed=False, status="error",
                                mistake="unknown_exercise", message=_unknown(exercise_id))
         ex = table[exercise_id]
-        if not callable(fn):
+        if not callable(fn) and not isinstance(fn, FileSource):
             result = CheckResult(
                 exercise=ex.id, passed=False, status="error", mistake="not_callable",
                 message=(f"check needs your function itself, not a {type(fn).__name__}: write "
@@ -152,7 +155,9 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
             exercise=str(exercise_id), passed=False, status="error", mistake="checker_error",
             message=("The checker itself failed (not your fault; please report it): "
                      f"{type(e).__name__}: {e}"))
-    if record and result.mistake != "unknown_exercise" and result.status != "not_attempted":
+    unrecorded = result.mistake in ("unknown_exercise", "load_error") \
+        or result.status == "not_attempted"
+    if record and not unrecorded:
         result.progress_error = _record_attempt(
             result.exercise, result.passed, result.status, result.mistake,
             duration_s=time.perf_counter() - started, seed=seed, source_sha256=source_sha256(fn))

@@ -33,6 +33,14 @@ def _index(idx: torch.Tensor) -> str:
 
 
 def _not_tensor(actual: Any, what: str) -> Problem:
+    from ._isolation import Opaque  # what the check's worker could only describe
+
+    if isinstance(actual, Opaque) and actual.tensor_subclass:
+        return Problem("type", f"{what} is a {describe_type(actual)}, a subclass of torch.Tensor; "
+                               "return a plain torch.Tensor (x.as_subclass(torch.Tensor)).")
+    if isinstance(actual, Opaque) and actual.layout:
+        return Problem("type", f"{what} is a {actual.layout} tensor; return an ordinary dense "
+                               "tensor (.to_dense()).")
     if actual is None:
         return Problem("none", f"{what} is None: did you forget the `return` statement?")
     if isinstance(actual, np.ndarray):
@@ -42,8 +50,14 @@ def _not_tensor(actual: Any, what: str) -> Problem:
 
 
 def compare(expected: Any, actual: Any, tol: Tol, what: str = "your output",
-            names: tuple[str, ...] = ()) -> Problem | None:
-    """``None`` if ``actual`` matches ``expected``, else the first :class:`Problem`."""
+            names: tuple[str, ...] = (), magnitude: Any = None) -> Problem | None:
+    """``None`` if ``actual`` matches ``expected``, else the first :class:`Problem`.
+
+    ``magnitude`` (a tensor shaped like ``expected``, or a tuple of them / ``None`` per
+    element): the size of the terms each entry sums. Where terms cancel, float rounding is
+    relative to it rather than to the answer, so ``rtol`` applies to ``max(|expected|,
+    magnitude)``.
+    """
     if isinstance(expected, (tuple, list)):
         n = len(expected)
         labels = names if len(names) == n else tuple(f"element {i}" for i in range(n))
@@ -56,8 +70,10 @@ def compare(expected: Any, actual: Any, tol: Tol, what: str = "your output",
         if len(actual) != n:
             return Problem("length", f"{what} has {len(actual)} elements; expected {n} "
                                      f"({', '.join(labels)}).")
-        for e, a, label in zip(expected, actual, labels, strict=True):
-            p = compare(e, a, tol, what=f"the returned {label}")
+        mags = magnitude if isinstance(magnitude, (tuple, list)) and len(magnitude) == n \
+            else (None,) * n
+        for e, a, label, mag in zip(expected, actual, labels, mags, strict=True):
+            p = compare(e, a, tol, what=f"the returned {label}", magnitude=mag)
             if p is not None:
                 return p
         return None
@@ -70,7 +86,7 @@ def compare(expected: Any, actual: Any, tol: Tol, what: str = "your output",
         return _compare_scalar(e, actual, tol, what)
     if expected.dim() == 0:
         return _compare_scalar(expected, actual, tol, what)
-    return _compare_tensor(expected, actual, tol, what)
+    return _compare_tensor(expected, actual, tol, what, magnitude)
 
 
 def _compare_int(expected: int, actual: Any, what: str) -> Problem | None:
@@ -120,7 +136,8 @@ def _compare_scalar(expected: torch.Tensor, actual: Any, tol: Tol, what: str) ->
                    where=f"relative error {abs(value - e) / max(abs(e), 1e-30):.3g}")
 
 
-def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str) -> Problem | None:
+def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str,
+                    magnitude: Any = None) -> Problem | None:
     if not isinstance(actual, torch.Tensor):
         return _not_tensor(actual, what)
     if actual.layout != torch.strided:
@@ -159,7 +176,10 @@ def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str) ->
                               "finite (an overflow?).",
                        where=f"{int(inf_bad.sum())} inf entries, the first at index "
                              f"{_index(first)}")
-    same = (a64 == e64) | ((a64 - e64).abs() <= atol + rtol * e64.abs())
+    scale = e64.abs()
+    if isinstance(magnitude, torch.Tensor) and magnitude.shape == e64.shape:
+        scale = torch.maximum(scale, magnitude.detach().double().abs())
+    same = (a64 == e64) | ((a64 - e64).abs() <= atol + rtol * scale)
     same |= e64.isnan() & a64.isnan()
     if bool(same.all()):
         return None

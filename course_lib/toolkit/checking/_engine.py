@@ -9,11 +9,11 @@ mistake's outputs on the same inputs.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dis
 import inspect
 import os
 import textwrap
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +22,17 @@ import torch
 
 from ._compare import Problem, compare, same_output
 from ._describe import describe_case
+from ._isolation import (
+    CourseGuard,
+    FileSource,
+    Prepared,
+    fork_available,
+    run_bare,
+    run_in_process,
+    run_isolated,
+)
 from ._result import CheckResult
-from ._sandbox import CallOutcome, run_call
+from ._sandbox import CallOutcome, raised_as_placeholder
 from ._spec import Case, Exercise, Mistake, fresh_args
 
 #: Mistake ids for problems that are not an exercise's declared misconception.
@@ -39,6 +48,7 @@ class _Run:
     case: Case
     outcome: CallOutcome
     problem: Problem | None
+    expected: Any = None
 
 
 def is_untouched(fn: Callable[..., Any]) -> bool:
@@ -94,13 +104,7 @@ def _trivial_stmt(s: ast.stmt) -> bool:
 
 def _raised_as_placeholder(exc: BaseException) -> bool:
     """True for the learner's own ``raise NotImplementedError`` (not one from torch)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return False
-    line = (frames[-1].line or "").strip()
-    if line:
-        return line.startswith("raise NotImplementedError")
-    return not str(exc).startswith("Could not run")   # no source: torch's own message differs
+    return raised_as_placeholder(exc)
 
 
 def not_attempted(ex: Exercise) -> CheckResult:
@@ -116,22 +120,111 @@ def _fmt_seconds(t: float) -> str:
     return f"{t:g} s"
 
 
-def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
-              seed: int | None = None) -> CheckResult:
-    """Check ``fn`` against ``ex``; may raise only on a bug in the declaration itself."""
-    if is_untouched(fn):
-        return not_attempted(ex)
+def _ended_message(how: str, where: str) -> tuple[str, str]:
+    """(mistake id, message) for a worker process that died while running the learner's code."""
+    import signal as _signal
+
+    kind, _, num = how.partition(":")
+    if kind == "exit":
+        return "process_exit", (
+            f"Your function ended the Python process (exit status {num}) on {where}: an "
+            "os._exit(...) call? The check ran it in a separate process, so your session is "
+            "fine; an exercise function must return its result instead.")
+    if kind == "signal" and num.isdigit():
+        sig = int(num)
+        if sig == _signal.SIGKILL:
+            return "memory_limit", (
+                f"Your function was stopped by the system on {where}, most likely for using too "
+                "much memory (a huge tensor?). The check ran it in a separate process, so your "
+                "session is fine.")
+        try:
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        what = {"SIGSEGV": "a segmentation fault", "SIGBUS": "a bus error",
+                "SIGABRT": "an abort", "SIGFPE": "a floating-point exception",
+                "SIGILL": "an illegal instruction"}.get(name, name)
+        return "crashed", (
+            f"Your function crashed the Python process ({what}, {name}) on {where}: native code "
+            "(ctypes?) or an interpreter bug. The check ran it in a separate process, so your "
+            "session is fine.")
+    return "crashed", (f"Your function ended the check's worker process on {where} ({how}). "
+                       "The check ran it in a separate process, so your session is fine.")
+
+
+def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResult | None:
+    out = prepared.outcome
+    if prepared.load_error is not None:
+        message = prepared.load_error
+    elif out is not None and out.timed_out:
+        message = (f"loading your file did not finish within {_fmt_seconds(timeout)}, so the "
+                   "check stopped it. An endless loop at the top level of the file? (Code outside "
+                   "functions runs when the file is loaded; put experiments under "
+                   "`if __name__ == \"__main__\":`.)")
+    elif out is not None and out.ended is not None:
+        message = ("loading your file ended the Python process "
+                   f"({out.ended.replace(':', ' ')}): code at the top level of the file calls "
+                   "os._exit or crashes.")
+    else:
+        return None
+    return CheckResult(exercise=ex.id, passed=False, status="error", mistake="load_error",
+                       message=message)
+
+
+def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float = 10.0,
+              seed: int | None = None, isolate: bool = True,
+              refuse_course: bool = True, watch: bool = True) -> CheckResult:
+    """Check ``fn`` against ``ex``; may raise only on a bug in the declaration itself.
+
+    ``isolate``: run the learner's code in a forked worker (see ``_isolation``); ``False`` runs
+    it in this process (the course's own tests and benchmarks: faster, not safe). ``refuse_course``:
+    refuse calls into course_lib's code (``False`` for the course's own solutions and mistakes).
+    ``fn`` may be a :class:`FileSource` (the command line: the worker loads the file, under the
+    same time limit). ``watch=False`` (with ``isolate=False``): call ``fn`` directly, with no time
+    limit or watch at all (the statistical tests of the course's own solutions and mistakes).
+    """
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
     cases = ex.cases(gen)
     tol = ex.tolerance
+    guard = CourseGuard(ex.allowed_course_calls) if refuse_course else None
+    if not isolate and not watch:
+        stream = run_bare(fn, cases, ex.params)
+    elif isolate and fork_available():
+        stream = run_isolated(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
+                              timeout=timeout)
+    else:
+        stream = run_in_process(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
+                                timeout=timeout)
+    with contextlib.closing(stream):
+        prepared = next(stream)
+        failed = _load_failed(ex, prepared, timeout)
+        if failed is not None:
+            return failed
+        if prepared.untouched:
+            return not_attempted(ex)
+        return _run_cases(ex, cases, stream, tol, timeout)
+
+
+def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
+    _, watch = fresh_args(case.args, ex.params)
+    after = out.inputs_after
+    modified = []
+    for i, (name, _, orig) in enumerate(watch):
+        copy = after[i] if i < len(after) else None
+        if not isinstance(copy, torch.Tensor) or copy.shape != orig.shape \
+                or copy.dtype != orig.dtype or not torch.equal(copy.nan_to_num(),
+                                                               orig.nan_to_num()):
+            modified.append(name)
+    return modified
+
+
+def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
+               timeout: float) -> CheckResult:
     runs: list[_Run] = []
     printed = False
-    for case in cases:
+    for case, out in zip(cases, stream, strict=False):
         expected = ex.oracle(*fresh_args(case.args)[0])
-        args, watch = fresh_args(case.args, ex.params)
-        out = run_call(fn, args, timeout=timeout, forbidden=ex.forbidden,
-                       max_square=case.max_square)
         printed = printed or bool(out.printed.strip())
         where = describe_case(ex.params, case)
         if out.timed_out:
@@ -139,18 +232,36 @@ def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
                          f"Your function did not finish within {_fmt_seconds(timeout)} on {where}, "
                          "so the check stopped it. An endless loop? (a `while` whose condition "
                          "never becomes False, or a loop over an iterator that restarts?)")
+        if out.ended is not None:
+            mistake, message = _ended_message(out.ended, where)
+            return _fail(ex, cases, runs, printed, mistake, case, message)
+        if out.course_call is not None:
+            return _fail(ex, cases, runs, printed, "course_call", case,
+                         f"`{out.course_call}` is the course's own answer: write it yourself "
+                         f"(your function called it on {where}). Build it from torch "
+                         "operations; the course's helpers are for the chapters' experiments.")
+        if out.tamper:
+            return _fail(ex, cases, runs, printed, "tampering", case,
+                         f"Your function called {out.tamper} ({where}): the check uses "
+                         "it to watch your code, so it may not be switched off or replaced.")
         if out.forbidden is not None:
             return _fail(ex, cases, runs, printed, "forbidden_call", case,
                          f"Your function calls {out.forbidden} ({where}). This exercise asks you "
                          "to build it yourself from basic operations (matmul, exp, max, sum, "
                          "masked_fill, ...).")
-        if isinstance(out.error, NotImplementedError) and _raised_as_placeholder(out.error):
+        if out.placeholder:
             res = not_attempted(ex)
             res.message = ("Your function raises NotImplementedError: replace that line with "
                            "your code, then run the check again. Stuck? "
                            f"exercises.hint(\"{ex.id}\") gives a first hint.")
             return res
-        if out.error is not None:
+        if out.memory:
+            return _fail(ex, cases, runs, printed, "memory_limit", case,
+                         f"Your function ran out of memory on {where} (it asked for more than "
+                         "the check allows: a huge tensor, or one that grows in a loop?). The "
+                         "check ran it in a separate process, so your session is fine."
+                         + (f"\n{out.traceback_text}" if out.traceback_text else ""))
+        if out.error_type:
             problem = Problem("raised", f"your function raised an error:\n{out.traceback_text}")
         elif out.square is not None:
             shape = "(" + ", ".join(map(str, out.square)) + ")"
@@ -160,21 +271,23 @@ def run_check(ex: Exercise, fn: Callable[..., Any], *, timeout: float = 10.0,
                          "tensor is larger than (block_size × N): that is the whole point of "
                          "this algorithm.")
         else:
-            modified = [name for name, copy, orig in watch
-                        if copy.shape != orig.shape or copy.dtype != orig.dtype
-                        or not torch.equal(copy.nan_to_num(), orig.nan_to_num())]
+            modified = _modified_inputs(ex, case, out)
             if modified:
                 return _fail(ex, cases, runs, printed, "modified_input", case,
                              f"Your function modified its input `{modified[0]}` in place "
                              f"({where}). Use out-of-place operations instead (x = x - m rather "
                              "than x -= m, masked_fill rather than masked_fill_).")
             try:
-                problem = compare(expected, out.value, tol, names=ex.output_names)
+                magnitude = ex.magnitude(*fresh_args(case.args)[0]) if ex.magnitude else None
+                problem = compare(expected, out.value, tol, names=ex.output_names,
+                                  magnitude=magnitude)
             except Exception as e:  # an exotic return value (sparse, complex, a subclass...)
                 problem = Problem("type", "your output could not be compared with the right "
                                           f"answer ({type(e).__name__}: "
                                           f"{str(e).splitlines()[0][:200] if str(e) else ''}).")
-        runs.append(_Run(case, out, problem))
+        runs.append(_Run(case, out, problem, expected))
+    if len(runs) < len(cases):   # the stream ended early: the worker failed to report
+        raise RuntimeError("the check's worker process stopped reporting")
     failures = [r for r in runs if r.problem is not None]
     if not failures:
         names = "; ".join(c.name for c in cases)
@@ -211,25 +324,44 @@ def _agrees(learner: Any, mistake: Any, tol: Any) -> bool:
 def _mistake_output(m: Mistake, case: Case) -> tuple[bool, Any]:
     try:
         return True, m.fn(*fresh_args(case.args)[0])
-    except Exception:
-        return False, None
+    except Exception as e:
+        return False, type(e).__name__
+
+
+def _raises_alike(m: Mistake, runs: list[_Run]) -> bool:
+    """Whether mistake ``m`` raises the learner's exception type on every run where it raised."""
+    raised = [r for r in runs if r.outcome.error_type]
+    return bool(raised) and all(_mistake_output(m, r.case) == (False, r.outcome.error_type)
+                                for r in raised)
+
+
+#: Problems about the form of the output: a mistake explains one only if it has the same problem.
+_STRUCTURAL = ("none", "numpy", "type", "length", "shape", "dtype")
+
+
+def _explains(ex: Exercise, m: Mistake, r: _Run) -> bool:
+    """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values)."""
+    produced, value = _mistake_output(m, r.case)
+    if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
+        return False
+    if r.problem is not None and r.problem.kind in _STRUCTURAL:
+        try:   # same_output ignores dtypes: the mistake must be wrong in the same way
+            own = compare(r.expected, value, ex.tolerance, names=ex.output_names)
+        except Exception:
+            return False
+        return own is not None and own.kind == r.problem.kind
+    return True
 
 
 def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
     """The declared mistake agreeing with every wrong output (and most right ones)."""
-    with_output = [r for r in runs if r.outcome.error is None]
+    with_output = [r for r in runs if not r.outcome.error_type]
     wrong = [r for r in with_output if r.problem is not None]
     if not wrong:
         return None
     best, best_score = None, -1
     for m in ex.mistakes:
-        ok = True
-        for r in wrong:
-            produced, value = _mistake_output(m, r.case)
-            if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
-                ok = False
-                break
-        if not ok:
+        if not all(_explains(ex, m, r) for r in wrong):
             continue
         score = 0
         for r in with_output:
@@ -243,18 +375,20 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
 
 def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[_Run],
               printed: bool) -> CheckResult:
-    first = failures[0]
+    # The first real problem: an exception or a wrong form (type, shape, dtype) before values.
+    first = next((r for r in failures if r.problem is not None
+                  and (r.problem.kind == "raised" or r.problem.kind in _STRUCTURAL)),
+                 failures[0])
     mistake = _recognise(ex, runs)
     where = describe_case(ex.params, first.case)
     assert first.problem is not None
     lines = []
-    if mistake is not None:
+    if mistake is not None and (first.problem.kind != "raised" or _raises_alike(mistake, runs)):
         lines.append(mistake.message)
-        if first.problem.kind != "raised" and first.problem.kind != "values":
+        if first.problem.kind != "values":
             lines.append(f"First failing {where}: {first.problem.text}")
         else:
-            lines.append(f"First failing {where}" + (f": {first.problem.text}"
-                                                      if first.problem.kind == "raised" else "."))
+            lines.append(f"First failing {where}.")
         mistake_id = mistake.id
         details = first.problem.where
     else:
@@ -264,6 +398,9 @@ def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[
         details = first.problem.where
         if first.problem.kind in ("values", "nan", "inf") and details:
             lines[-1] += f" ({details})"
+        if mistake is not None:
+            lines.append(f"Once that is fixed, another case points at a known mistake: "
+                         f"{mistake.message}")
     n_ok = sum(1 for r in runs if r.problem is None)
     lines.append(f"{n_ok} of {len(cases)} cases passed.")
     if printed:

@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,13 @@ class CallOutcome:
     forbidden: str | None = None  # label of the forbidden group reached
     square: tuple[int, ...] | None = None  # shape of an N×N tensor created
     printed: str = ""
+    tamper: str | None = None        # a checker internal the learner touched (isolated runs)
+    course_call: str | None = None   # qualified name of a course_lib function the learner called
+    error_type: str = ""             # the learner's exception's class name ("" if none)
+    placeholder: bool = False        # the learner's own ``raise NotImplementedError``
+    memory: bool = False             # the error is a failed allocation (memory cap)
+    ended: str | None = None         # the worker process died: how (isolated runs only)
+    inputs_after: list[Any] = field(default_factory=list)   # the argument copies after the call
 
 
 class _Watch(TorchDispatchMode):
@@ -165,10 +172,41 @@ def _importing(frame) -> bool:
     return False
 
 
+def raised_as_placeholder(exc: BaseException) -> bool:
+    """True for the learner's own ``raise NotImplementedError`` (not one from torch)."""
+    if not isinstance(exc, NotImplementedError):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    line = (frames[-1].line or "").strip()
+    if line:
+        return line.startswith("raise NotImplementedError")
+    return not str(exc).startswith("Could not run")   # no source: torch's own message differs
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError or torch's allocator refusing."""
+    if isinstance(exc, MemoryError):
+        return True
+    try:
+        text = str(exc)
+    except Exception:
+        return False
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text
+                                              or "DefaultCPUAllocator" in text)
+
+
 def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
-             forbidden: tuple[str, ...] = (), max_square: int | None = None) -> CallOutcome:
-    """Call ``fn(*args)`` under the watch; never raises."""
-    outcome = CallOutcome()
+             forbidden: tuple[str, ...] = (), max_square: int | None = None,
+             course: Any = None, outcome: CallOutcome | None = None) -> CallOutcome:
+    """Call ``fn(*args)`` under the watch; never raises.
+
+    ``course``: a guard with ``refused(frame) -> name | None`` (see ``_isolation``) that refuses
+    calls into the course's own code. ``outcome``: fill this one (the worker's audit hook
+    records into it too).
+    """
+    outcome = CallOutcome() if outcome is None else outcome
     aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
     api = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden
            for n in FORBIDDEN_GROUPS[g].get("torch", ())}
@@ -189,6 +227,12 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             if outcome.forbidden is None:
                 outcome.forbidden = label
             raise ForbiddenCall(label)
+        if course is not None:
+            name = course.refused(frame)
+            if name is not None:
+                if outcome.course_call is None:
+                    outcome.course_call = name
+                raise ForbiddenCall(name)
         if frame.f_code.co_filename.startswith(_TORCH_DIR):
             return None  # no line events inside torch: cheaper, and no endless loops there
         return local_trace
@@ -206,6 +250,12 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             outcome.timed_out = True
         except BaseException as e:  # the learner's error, whatever it is
             outcome.error = e
+            try:
+                outcome.error_type = type(e).__name__
+                outcome.placeholder = raised_as_placeholder(e)
+                outcome.memory = is_memory_error(e)
+            except Exception:
+                outcome.error_type = outcome.error_type or "Exception"
             try:
                 outcome.traceback_text = learner_traceback(e)
             except Exception:

@@ -113,6 +113,14 @@ class Exercise:
         forbidden: keys of :data:`FORBIDDEN_GROUPS` the learner must not call.
         tolerances: per-dtype ``(atol, rtol)`` overriding :data:`DEFAULT_TOLERANCES`.
         output_names: names of the returned tuple's elements, e.g. ``("out", "weights")``.
+        allowed_course_calls: qualified names (or module prefixes) of course_lib functions the
+            learner may call here, e.g. ``("course_lib.masks.causal_mask",)``; any other call
+            into code that lives in the course_lib package is refused as "the course's own
+            answer".
+        magnitude: ``magnitude(*case.args)``: the size of the terms each output entry sums
+            (shaped like the output, or a tuple of such / ``None`` per output). Where terms
+            cancel, rounding is relative to it, not to the answer (``rtol`` applies to
+            ``max(|expected|, magnitude)``); e.g. ``|q| @ |k|ᵀ / √E`` for ``q @ kᵀ / √E``.
     """
 
     id: str
@@ -128,6 +136,8 @@ class Exercise:
     forbidden: tuple[str, ...] = ()
     tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()
+    allowed_course_calls: tuple[str, ...] = ()
+    magnitude: Callable[..., Any] | None = None
     order: int = field(default_factory=lambda: next(_ORDER), repr=False)
 
     def __post_init__(self) -> None:

@@ -1,0 +1,608 @@
+"""Run the learner's function apart from the checker: one forked worker process per check.
+
+Why a fork: functions defined in notebook cells (closures, lambdas, helpers from other cells)
+cannot be pickled for a spawned interpreter or a pre-started worker; a forked child inherits them
+as they are. Measured on the course machines (``python bench/check_latency.py --models``): a fork
+costs about 20-50 ms, a pre-started worker 5-12 ms (but it only takes module-level functions),
+a spawned interpreter 2-4 s (it imports torch).
+
+The worker caps its address space, uses one thread, sends its prints nowhere, refuses calls into
+the course's own code (:class:`CourseGuard`: the trace function sees every Python frame whose
+code lives in the ``course_lib`` package, except the checker's own machinery), keeps the learner
+from switching that trace function off (an audit hook), and runs the cases one by one. After each
+call it sends the outcome as ``torch.save`` bytes of plain data: tensors become plain dense
+tensors, other objects are only described. The parent loads them with ``torch.load(...,
+weights_only=True)``, compares them with the oracle's answers (in the parent, out of the
+learner's reach) and enforces the time limit by killing the worker. Whatever the learner's code
+does inside the worker (patch torch, change the default dtype, exit, crash, loop, allocate)
+cannot reach the parent: the learner's session.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.util
+import io
+import os
+import re
+import select
+import signal
+import struct
+import sys
+import time
+import traceback
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._sandbox import CallOutcome, ForbiddenCall, _warm_up, run_call
+from ._spec import Case, fresh_args
+
+#: Bytes the worker may allocate beyond the address space it inherits from the session.
+MEMORY_CAP = 2 * 1024 ** 3
+#: Seconds the worker may take to start (before the learner's code runs; not the learner's time).
+START_LIMIT = 60.0
+_HEADER = struct.Struct("<Q")
+_MAX_MESSAGE = 1 << 30
+
+
+def fork_available() -> bool:
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+# --------------------------------------------------------------------------- the course guard
+
+
+def _both(path: Path) -> tuple[str, ...]:
+    return tuple({str(path), str(path.resolve())})
+
+
+@functools.lru_cache(maxsize=1)
+def course_dirs() -> tuple[str, ...]:
+    """The ``course_lib`` package's folder (as imported and resolved), with a trailing slash."""
+    import course_lib
+
+    return tuple(d.rstrip(os.sep) + os.sep for d in _both(Path(course_lib.__file__).parent))
+
+
+@functools.lru_cache(maxsize=1)
+def machinery_files() -> frozenset[str]:
+    """The checker's own modules: the ``_*.py`` files next to this one (not ``__init__.py``).
+
+    Found by location, not by name, so they stay exempt wherever the package moves them.
+    """
+    here = Path(__file__).parent
+    files: set[str] = set()
+    for p in here.glob("_*.py"):
+        if p.name != "__init__.py":
+            files.update(_both(p))
+            files.update(_both(here.resolve() / p.name))
+    return frozenset(files)
+
+
+def qualified_name(frame: Any) -> str:
+    module = frame.f_globals.get("__name__", "?") if isinstance(frame.f_globals, dict) else "?"
+    code = frame.f_code
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
+
+
+class CourseGuard:
+    """Refuses a call from the learner's code into code that lives in the ``course_lib`` package.
+
+    A frame is refused when its code file is inside the package (and not the checker's own
+    machinery), it is not a module body (importing course_lib stays allowed), and its caller is
+    not course code itself (course code may call its own helpers once legitimately entered:
+    an import, or a function the exercise allows). ``allowed``: qualified names (or module
+    prefixes) of course functions this exercise lets the learner call.
+    """
+
+    def __init__(self, allowed: tuple[str, ...] = ()) -> None:
+        self.dirs = course_dirs()
+        self.machinery = machinery_files()
+        self.allowed = tuple(allowed)
+
+    def _course(self, filename: str) -> bool:
+        return filename.startswith(self.dirs) and filename not in self.machinery
+
+    def refused(self, frame: Any) -> str | None:
+        code = frame.f_code
+        if not self._course(code.co_filename) or code.co_name == "<module>":
+            return None
+        back = frame.f_back
+        if back is not None and self._course(back.f_code.co_filename):
+            return None
+        name = qualified_name(frame)
+        if any(name == a or name.startswith(a + ".") for a in self.allowed):
+            return None
+        return name
+
+
+# --------------------------------------------------------------------------- plain-data encoding
+
+
+class Opaque:
+    """Stands in (in the parent) for a value the worker could only describe.
+
+    Its class carries the original type's module and name, so messages describe it as before.
+    """
+
+    tensor_subclass = False
+    layout = ""
+
+
+_NAME = re.compile(r"[^A-Za-z0-9_.<>]")
+
+
+def _opaque_class(module: Any, name: Any, **flags: Any) -> type:
+    module = _NAME.sub("_", str(module))[:100] or "builtins"
+    name = _NAME.sub("_", str(name))[:100] or "object"
+    return type(name, (Opaque,), {"__module__": module, **flags})
+
+
+def _describe_type(v: Any) -> dict[str, Any]:
+    t = type(v)
+    return {"__kind": "foreign", "module": str(getattr(t, "__module__", "builtins")),
+            "name": str(getattr(t, "__qualname__", "object"))}
+
+
+def _plain_tensor(v: torch.Tensor) -> Any:
+    with torch._C.DisableTorchFunctionSubclass():
+        d = torch.Tensor.detach(v)
+        if d.layout != torch.strided:
+            return {"__kind": "layout", "layout": str(d.layout).replace("torch.", ""),
+                    "shape": [int(s) for s in d.shape]}
+        d = d.resolve_conj().resolve_neg()
+        if d.device.type != "cpu":
+            d = d.cpu()
+        return torch.Tensor.clone(d).as_subclass(torch.Tensor)
+
+
+def encode(v: Any, depth: int = 0) -> Any:
+    """A structure of plain data (tensors, numbers, str, tuples, lists, tagged dicts) for ``v``."""
+    t = type(v)
+    if v is None or t in (bool, int, float, str):
+        return v
+    if depth > 20:
+        return _describe_type(v)
+    try:
+        if t is torch.Tensor or t is torch.nn.Parameter:
+            return _plain_tensor(v)
+        if isinstance(v, torch.Tensor):
+            return {**_describe_type(v), "__kind": "subclass"}
+        if t is tuple or t is list:
+            return t(encode(x, depth + 1) for x in v)
+        if isinstance(v, tuple) and (t is torch.Size or getattr(t, "_fields", None) is not None):
+            return tuple(encode(x, depth + 1) for x in tuple.__iter__(v))  # Size, namedtuple
+        if t is np.ndarray:
+            return {"__kind": "numpy", "data": torch.from_numpy(np.array(v, copy=True))}
+        if isinstance(v, np.generic):
+            item = v.item()
+            if type(item) in (bool, int, float):
+                return {"__kind": "npscalar", "dtype": v.dtype.str, "value": item}
+    except Exception:
+        pass
+    return _describe_type(v)
+
+
+def decode(v: Any, depth: int = 0) -> Any:
+    """The parent's stand-in for an :func:`encode`\\ d value (no code of the learner runs)."""
+    if depth > 25:
+        return None
+    t = type(v)
+    if v is None or t in (bool, int, float, str) or t is torch.Tensor:
+        return v
+    if t is tuple or t is list:
+        return t(decode(x, depth + 1) for x in v)
+    if t is dict:
+        kind = v.get("__kind")
+        if kind == "numpy" and type(v.get("data")) is torch.Tensor:
+            return v["data"].numpy()
+        if kind == "npscalar":
+            try:
+                dtype = np.dtype(str(v.get("dtype"))[:8])
+                if dtype.kind in "biuf":
+                    return dtype.type(v.get("value"))
+            except Exception:
+                pass
+        if kind == "layout":
+            cls = _opaque_class("torch", "Tensor", layout=str(v.get("layout"))[:40])
+            return cls()
+        cls = _opaque_class(v.get("module"), v.get("name"), tensor_subclass=kind == "subclass")
+        return cls()
+    return _opaque_class(t.__module__, t.__name__)()
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass
+class FileSource:
+    """The learner's function as ``function`` in the file ``path`` (the command line)."""
+
+    path: str
+    function: str
+
+
+@dataclass
+class Prepared:
+    """What the worker found before the first call."""
+
+    untouched: bool = False
+    load_error: str | None = None        # "could not load FILE: ..." (a usage error)
+    outcome: CallOutcome | None = None   # loading timed out or ended the process
+
+
+def load_file(path: str) -> Any:
+    """Import the learner's file as a fresh module (its ``__main__`` block does not run)."""
+    p = Path(path)
+    name = f"course_lib_submission_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot load {path} as Python code (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _untouched(fn: Any) -> bool:
+    from ._engine import is_untouched
+
+    try:
+        return bool(is_untouched(fn))
+    except BaseException:   # an odd callable (its attributes raise...): judge it by its calls
+        return False
+
+
+def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
+    if not isinstance(source, FileSource):
+        return source, Prepared(untouched=_untouched(source))
+    if not Path(source.path).is_file():
+        return None, Prepared(load_error=f"no such file: {source.path}")
+    try:
+        module = load_file(source.path)
+    except BaseException as e:  # SyntaxError, ImportError, SystemExit in the learner's file...
+        lines = traceback.format_exception_only(type(e), e)
+        return None, Prepared(load_error=f"could not load {source.path}:\n"
+                                         + "".join(lines).rstrip())
+    fn = getattr(module, source.function, None)
+    if fn is None or not callable(fn):
+        defined = sorted(k for k, v in vars(module).items()
+                         if callable(v) and getattr(v, "__module__", None) == module.__name__)
+        return None, Prepared(load_error=(
+            f"{source.path} defines no function named {source.function!r}"
+            + (f" (it defines: {', '.join(defined)}); use --function NAME" if defined else "")))
+    return fn, Prepared(untouched=_untouched(fn))
+
+
+# --------------------------------------------------------------------------- in-process runner
+
+
+def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
+                   forbidden: tuple[str, ...], guard: CourseGuard | None,
+                   timeout: float) -> Iterator[Any]:
+    """Yields a :class:`Prepared`, then one :class:`CallOutcome` per case (no isolation)."""
+    fn, prepared = _prepare(source)
+    yield prepared
+    if fn is None or prepared.untouched:
+        return
+    for case in cases:
+        args, watch = fresh_args(case.args, params)
+        out = run_call(fn, args, timeout=timeout, forbidden=forbidden,
+                       max_square=case.max_square, course=guard)
+        out.inputs_after = [copy for _, copy, _ in watch]
+        yield out
+
+
+def run_bare(source: Any, cases: list[Case], params: tuple[str, ...]) -> Iterator[Any]:
+    """Yields like :func:`run_in_process` with no watch at all (no time limit, no forbidden
+    calls, no N×N watch): the course's statistical tests of its own solutions and mistakes."""
+    fn, prepared = _prepare(source)
+    yield prepared
+    if fn is None or prepared.untouched:
+        return
+    for case in cases:
+        args, watch = fresh_args(case.args, params)
+        out = CallOutcome()
+        try:
+            out.value = fn(*args)
+        except Exception as e:
+            out.error, out.error_type = e, type(e).__name__
+            out.traceback_text = f"{type(e).__name__}: {e}"
+        out.inputs_after = [copy for _, copy, _ in watch]
+        yield out
+
+
+# --------------------------------------------------------------------------- the worker (child)
+
+_CURRENT: list[CallOutcome | None] = [None]
+_TAMPER = "sys.settrace / sys.setprofile"
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in ("sys.settrace", "sys.setprofile"):
+        out = _CURRENT[0]
+        if out is not None and (out.forbidden or out.course_call):
+            return     # CPython switches tracing off itself when our trace function refuses a call
+        caller = sys._getframe(1).f_code.co_filename
+        if caller not in _MACHINERY[0]:
+            if out is not None and out.tamper is None:
+                out.tamper = event
+            raise ForbiddenCall(_TAMPER)
+    elif event in ("os.kill", "os.killpg") and args and args[0] != os.getpid():
+        raise PermissionError("the checker's worker may not signal other processes")
+
+
+_MACHINERY: list[frozenset[str]] = [frozenset()]
+
+
+def _vm_bytes() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except Exception:
+        return None
+    return None
+
+
+def _setup_child(memory_cap: int | None) -> None:
+    gc.freeze()     # the inherited objects: a collection here would copy every page they are on
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except Exception:
+            pass
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    except Exception:
+        pass
+    sys.stdout = io.StringIO()
+    sys.stderr = io.StringIO()
+    if memory_cap:
+        vm = _vm_bytes()
+        if vm is not None:
+            try:
+                import resource
+
+                limit = vm + int(memory_cap)
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            except Exception:
+                pass
+    torch.set_num_threads(1)
+    _MACHINERY[0] = machinery_files()
+    sys.addaudithook(_audit)
+
+
+def _send(fd: int, obj: Any) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+_SERIALISATION_WARM = [False]
+
+
+def _warm_serialisation() -> None:
+    """Save and load once here, so every worker inherits torch.save's lazy set-up (ms each)."""
+    if not _SERIALISATION_WARM[0]:
+        buf = io.BytesIO()
+        torch.save({"kind": "warm", "t": torch.zeros(2), "x": (1, [2.0], None)}, buf)
+        torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        machinery_files()
+        course_dirs()
+        _SERIALISATION_WARM[0] = True
+
+
+def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
+    msg: dict[str, Any] = {
+        "kind": "case", "error_type": out.error_type, "traceback": out.traceback_text,
+        "placeholder": out.placeholder, "memory": out.memory, "forbidden": out.forbidden,
+        "course_call": out.course_call, "tamper": out.tamper,
+        "square": list(out.square) if out.square is not None else None,
+        "printed": out.printed[:20000],
+        "inputs": [encode(c) for c in out.inputs_after],
+    }
+    if not out.error_type:
+        msg["value"] = encode(out.value)
+    return msg
+
+
+def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
+           forbidden: tuple[str, ...], guard: CourseGuard | None,
+           memory_cap: int | None) -> None:
+    _setup_child(memory_cap)
+    _send(fd, {"kind": "ready"})
+    fn, prepared = _prepare(source)
+    _send(fd, {"kind": "loaded", "untouched": prepared.untouched,
+               "load_error": prepared.load_error})
+    if fn is None or prepared.untouched:
+        return
+    for case in cases:
+        args, watch = fresh_args(case.args, params)
+        out = CallOutcome()
+        _CURRENT[0] = out
+        run_call(fn, args, timeout=1e9, forbidden=forbidden, max_square=case.max_square,
+                 course=guard, outcome=out)
+        _CURRENT[0] = None
+        out.inputs_after = [copy for _, copy, _ in watch]
+        msg = _encode_outcome(out)
+        out.value = out.error = None
+        _send(fd, msg)
+
+
+# --------------------------------------------------------------------------- the parent
+
+
+class _Worker:
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+        self.buf = b""
+        self.status: int | None = None
+
+    def recv(self, limit: float) -> Any:
+        """The next message, ``"timeout"`` after ``limit`` seconds, or ``None`` at EOF."""
+        deadline = time.monotonic() + limit
+        need = _HEADER.size
+        size = None
+        while True:
+            if len(self.buf) >= need:
+                if size is None:
+                    size = _HEADER.unpack(self.buf[:_HEADER.size])[0]
+                    if size > _MAX_MESSAGE:
+                        return None
+                    need = _HEADER.size + size
+                    continue
+                data, self.buf = self.buf[_HEADER.size:need], self.buf[need:]
+                try:
+                    msg = torch.load(io.BytesIO(data), weights_only=True)
+                except Exception:
+                    return None
+                return msg if isinstance(msg, dict) else None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                return "timeout"
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def wait_exit(self, limit: float) -> int | None:
+        deadline = time.monotonic() + limit
+        while self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.status = status
+                break
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
+        return self.status
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.status = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:
+                pass
+
+
+def _ended(status: int | None) -> str:
+    if status is None:
+        return "closed its connection to the checker"
+    if os.WIFEXITED(status):
+        return f"exit:{os.WEXITSTATUS(status)}"
+    if os.WIFSIGNALED(status):
+        return f"signal:{os.WTERMSIG(status)}"
+    return "ended"
+
+
+def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
+    out = CallOutcome()
+    out.error_type = str(msg.get("error_type") or "")
+    out.traceback_text = str(msg.get("traceback") or "")
+    out.placeholder = bool(msg.get("placeholder"))
+    out.memory = bool(msg.get("memory"))
+    forbidden, course, tamper = msg.get("forbidden"), msg.get("course_call"), msg.get("tamper")
+    out.forbidden = str(forbidden) if forbidden is not None else None
+    out.course_call = str(course) if course is not None else None
+    if tamper is not None:
+        out.tamper = str(tamper)
+    square = msg.get("square")
+    if isinstance(square, list):
+        out.square = tuple(int(s) for s in square)
+    out.printed = str(msg.get("printed") or "")
+    inputs = msg.get("inputs")
+    out.inputs_after = [decode(x) for x in inputs] if isinstance(inputs, list) else []
+    if not out.error_type:
+        out.value = decode(msg.get("value"))
+    return out
+
+
+def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
+                 forbidden: tuple[str, ...], guard: CourseGuard | None, timeout: float,
+                 memory_cap: int | None = MEMORY_CAP) -> Iterator[Any]:
+    """Like :func:`run_in_process`, with the learner's code in a forked worker.
+
+    A call (or loading a :class:`FileSource`) that takes longer than ``timeout`` yields an
+    outcome with ``timed_out``; a worker that dies yields one with ``ended`` ("exit:N",
+    "signal:N"). The worker is killed when the generator closes.
+    """
+    _warm_up()
+    _warm_serialisation()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # "fork() in a multi-threaded process": we exec
+        pid = os.fork()                       # nothing and leave with os._exit
+    if pid == 0:  # pragma: no cover - the worker; coverage cannot follow it
+        code = 0
+        try:
+            os.close(r)
+            _child(w, source, cases, params, forbidden, guard, memory_cap)
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(w)
+    worker = _Worker(pid, r)
+    try:
+        msg = worker.recv(START_LIMIT)
+        if not isinstance(msg, dict) or msg.get("kind") != "ready":
+            status = worker.wait_exit(1.0)
+            raise RuntimeError(f"the check's worker process did not start ({_ended(status)})")
+        limit = timeout if isinstance(source, FileSource) else max(timeout, START_LIMIT)
+        msg = worker.recv(limit)
+        if msg == "timeout":
+            yield Prepared(outcome=CallOutcome(timed_out=True))
+            return
+        if not isinstance(msg, dict) or msg.get("kind") != "loaded":
+            yield Prepared(outcome=CallOutcome(ended=_ended(worker.wait_exit(timeout))))
+            return
+        load_error = msg.get("load_error")
+        yield Prepared(untouched=bool(msg.get("untouched")),
+                       load_error=str(load_error) if load_error is not None else None)
+        for _ in cases:
+            msg = worker.recv(timeout)
+            if msg == "timeout":
+                yield CallOutcome(timed_out=True)
+                return
+            if not isinstance(msg, dict) or msg.get("kind") != "case":
+                status = worker.wait_exit(timeout)
+                if status is None:
+                    yield CallOutcome(timed_out=True)
+                else:
+                    yield CallOutcome(ended=_ended(status))
+                return
+            yield _decode_outcome(msg)
+    finally:
+        worker.close()
