@@ -26,7 +26,7 @@ def _solution_cells() -> dict[str, ast.FunctionDef]:
     for path in sorted(BOOK.glob("*.ipynb")):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             tags = cell.get("metadata", {}).get("tags", [])
-            if cell["cell_type"] != "code" or "hide-input" not in tags:
+            if cell["cell_type"] != "code" or "solution" not in tags:
                 continue
             for node in ast.parse("".join(cell["source"])).body:
                 if isinstance(node, ast.FunctionDef) and node.name.endswith(SUFFIX):

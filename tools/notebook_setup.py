@@ -1,7 +1,7 @@
 """Make every chapter notebook runnable where it is launched, and keep its solutions out of the
 learner's progress (an authoring tool; run it after a version bump or a new chapter).
 
-Two edits, both idempotent:
+Three edits, all idempotent:
 
 1. **A setup cell first** (tags ``setup``, ``remove-cell``: not shown in the HTML book). It installs
    ``course_lib`` of this book's version, from the repository's ``v<version>`` tag, only when it is
@@ -10,6 +10,10 @@ Two edits, both idempotent:
    ``COURSE_LIB_REQUIREMENT`` overrides what it installs (a course mirror, a local wheel).
 2. **Solution cells do not record**: in cells tagged ``solution``, ``exercises.check(ID, FN)``
    becomes ``exercises.check(ID, FN, record=False)`` (the output is the same).
+3. **Solutions fold whole in the book**: a solution cell is tagged ``hide-cell`` (not
+   ``hide-input``), so its "✓ Correct!" output folds with the code, behind a toggle labelled
+   "Reference solution" (MyST-NB's cell-level ``code_prompt_show``): an unsolved exercise never
+   shows a tick next to "Not attempted yet".
 
 The cell text is built from ``pyproject.toml`` (``version``) and ``_config.yml``
 (``repository.url``), so it follows both. Notebooks are rewritten textually in the layout they are
@@ -47,6 +51,10 @@ if importlib.util.find_spec("course_lib") is None:
                                  "{requirement}")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", requirement], check=True)
     importlib.invalidate_caches()'''
+
+#: MyST-NB cell metadata of a solution cell: the toggle's labels.
+SOLUTION_PROMPTS = {"code_prompt_show": "Reference solution",
+                    "code_prompt_hide": "Hide the reference solution"}
 
 _CHECK = re.compile(r"exercises\.check\((\"[^\"]+\"),\s*(\w+)\)")
 
@@ -108,6 +116,13 @@ def apply(nb: dict[str, Any], source: str) -> bool:
         new = _CHECK.sub(r"exercises.check(\1, \2, record=False)", text)
         if new != text:
             cell["source"] = _lines(new)
+            changed = True
+        meta = cell["metadata"]
+        tags = [t for t in meta["tags"] if t != "hide-input"]
+        if "hide-cell" not in tags:
+            tags.append("hide-cell")
+        if tags != meta["tags"] or meta.get("mystnb") != SOLUTION_PROMPTS:
+            meta["tags"], meta["mystnb"] = tags, dict(SOLUTION_PROMPTS)
             changed = True
     return changed
 
