@@ -47,6 +47,7 @@ def plot_distance_profiles(ax: plt.Axes, distances: torch.Tensor,
         ax.axvline(train_len, color="#d95f02", ls="--", lw=1, label=f"training length {train_len}")
     ax.axhline(0, color="#999999", lw=0.6)
     ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(0, float(distances.max()))
     ax.set_xlabel("distance Δ = m − n (positions)")
     ax.set_ylabel("mean over pairs of cos(Δ θ_i)")
     ax.legend(fontsize=8)
