@@ -10,11 +10,11 @@ Shapes follow the course: queries ``(..., L, E)``, keys ``(..., S, E)``, ``H`` h
   :math:`\theta_i = \mathrm{base}^{-2i/E}`, so that :math:`R_m q \cdot R_n k` depends on
   :math:`m - n` only.
 
-  **Pairing convention: split halves** (GPT-NeoX, Llama, Hugging Face ``rotate_half``): feature
-  ``i`` is paired with feature ``i + E/2``, for ``i < E/2``. The RoFormer paper pairs adjacent
-  features ``(2i, 2i+1)`` instead. Both are rotations with the same angles; they differ by a fixed
-  permutation of the features, so weights trained with one convention need that permutation to
-  run with the other.
+  **Pairing convention: split halves** (GPT-NeoX, Hugging Face's ``rotate_half``): feature
+  ``i`` is paired with feature ``i + E/2``, for ``i < E/2``. The RoFormer paper (and Meta's
+  original Llama code) pairs adjacent features ``(2i, 2i+1)`` instead. Both are rotations with
+  the same angles; they differ by a fixed permutation of the features, so weights trained with
+  one convention need that permutation to run with the other.
 * :func:`alibi_slopes` / :func:`alibi_bias`: ALiBi (Press et al.), a per-head linear penalty
   :math:`m_h (j - i)` added to the scores, passed as a float ``attn_mask``.
 """

@@ -89,9 +89,10 @@ APPLY_ROPE = Exercise(
     ),
     mistakes=(
         Mistake("adjacent_pairs", "You rotated adjacent features (2i, 2i+1) together (the "
-                "RoFormer paper's layout). This course, like Llama and GPT-NeoX, pairs feature i "
-                "with feature i + E/2 (split halves, rotate_half). Both are valid rotations, but "
-                "a model's weights only work with the layout they were trained with.",
+                "RoFormer paper's layout). This course, like GPT-NeoX and Hugging Face's "
+                "Llama, pairs feature i with feature i + E/2 (split halves, rotate_half). Both "
+                "are valid rotations, but a model's weights only work with the layout they "
+                "were trained with.",
                 lambda x, offset=0, base=10000.0: _rope_with(x, offset, base,
                                                              layout="adjacent")),
         Mistake("mixed_layouts", "Your cos/sin are interleaved (each angle repeated twice in a "
