@@ -11,24 +11,11 @@ the outputs), so position enters through ``P``: a learned table or fixed sinusoi
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from course_lib.attention import TransformerBlock, masks
-
-
-def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
-    """``(n, d)``: ``P[t, 2i] = sin(t / 10000^{2i/d})``, ``P[t, 2i+1] = cos(t / 10000^{2i/d})``."""
-    if d % 2:
-        raise ValueError(f"sinusoidal positions need an even width, got d={d}")
-    t = torch.arange(n, dtype=torch.float32)[:, None]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
-    p = torch.zeros(n, d)
-    p[:, 0::2] = torch.sin(t * freq)
-    p[:, 1::2] = torch.cos(t * freq)
-    return p
+from course_lib.attention.positions import sinusoidal_positions
 
 
 class TinyTransformer(nn.Module):

@@ -1,0 +1,1 @@
+"""Chapter 5: see book/05_positions.ipynb."""

@@ -1,0 +1,202 @@
+"""Chapter 5 (positions): ``apply_rope`` and ``alibi_bias``.
+
+RoPE uses the split-halves pairing of :mod:`course_lib.attention.positions`: feature ``i`` is
+rotated together with feature ``i + E/2``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course_lib.attention import positions
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+# --------------------------------------------------------------------------- apply_rope
+
+
+def _rope_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    return [
+        Case("batched heads", (r(2, 3, 5, 8),), note="positions 0 ... 4"),
+        Case("decoding, offset 7", (r(2, 4, 6), 7), note="positions 7 ... 10"),
+        Case("float64, base 100", (r(6, 12, dtype=torch.float64), 3, 100.0),
+             note="positions 3 ... 8, base 100"),
+        Case("one pair", (r(1, 9, 2), 2), note="E = 2, positions 2 ... 10"),
+        Case("wide head", (r(1, 5, 32, dtype=torch.float64),), note="E = 32, positions 0 ... 4"),
+    ]
+
+
+def _rope_oracle(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
+    return positions.apply_rope(x, offset=offset, base=base)
+
+
+def apply_rope(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
+    """Rotate pair (x_i, x_{i+E/2}) of the vector at position m by m·base^(-2i/E)."""
+    L, E = x.shape[-2], x.shape[-1]
+    half = E // 2
+    theta = base ** (-torch.arange(half, dtype=torch.float64) * 2 / E)   # (E/2,)
+    pos = torch.arange(offset, offset + L, dtype=torch.float64)            # (L,)
+    angle = pos[:, None] * theta[None, :]                                   # (L, E/2)
+    cos = torch.cos(angle).repeat(1, 2).to(x.dtype)                         # (L, E): [c, c]
+    sin = torch.sin(angle).repeat(1, 2).to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    rotated = torch.cat([-x2, x1], dim=-1)                                  # 90° turn
+    return x * cos + rotated * sin
+
+
+def _rope_with(x, offset=0, base=10000.0, *, layout="halves", exponent=2.0, sign=1.0,
+               use_offset=True, use_base=True):
+    L, E = x.shape[-2], x.shape[-1]
+    half = E // 2
+    b = base if use_base else 10000.0
+    theta = b ** (-torch.arange(half, dtype=torch.float64) * exponent / E)
+    start = offset if use_offset else 0
+    angle = sign * torch.arange(start, start + L, dtype=torch.float64)[:, None] * theta
+    if layout == "adjacent":          # RoFormer: pairs (2i, 2i+1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+        return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
+    if layout == "mixed":             # interleaved cache, split-halves rotation
+        c = torch.cos(angle).repeat_interleave(2, dim=-1).to(x.dtype)
+        s = torch.sin(angle).repeat_interleave(2, dim=-1).to(x.dtype)
+    else:
+        c = torch.cos(angle).repeat(1, 2).to(x.dtype)
+        s = torch.sin(angle).repeat(1, 2).to(x.dtype)
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * c + rotated * s
+
+
+APPLY_ROPE = Exercise(
+    id="apply_rope",
+    chapter="05_positions",
+    title="Rotary position embedding",
+    signature="apply_rope(x (..., L, E), offset=0, base=10000.0) -> like x",
+    params=("x", "offset", "base"),
+    cases=_rope_cases,
+    oracle=_rope_oracle,
+    solution=apply_rope,
+    hints=(
+        "The vector at row m (position offset + m) is rotated pair by pair. Pair i is "
+        "(x[..., i], x[..., i + E/2]) and turns by the angle position · θ_i, "
+        "θ_i = base^(-2i/E).",
+        "Build the angles (L, E/2) = positions[:, None] * θ[None, :], repeat cos and sin to "
+        "(L, E) as [c, c] and [s, s], and use rotate_half(x) = cat([-x2, x1]) with x1, x2 the "
+        "two halves of the last dim.",
+        "return x * cos + cat([-x2, x1], -1) * sin, with cos/sin of "
+        "arange(offset, offset + L)[:, None] * base ** (-2 * arange(E/2) / E), repeated twice",
+    ),
+    mistakes=(
+        Mistake("adjacent_pairs", "You rotated adjacent features (2i, 2i+1) together (the "
+                "RoFormer paper's layout). This course, like GPT-NeoX and Hugging Face's "
+                "Llama, pairs feature i with feature i + E/2 (split halves, rotate_half). Both "
+                "are valid rotations, but a model's weights only work with the layout they "
+                "were trained with.",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base,
+                                                             layout="adjacent")),
+        Mistake("mixed_layouts", "Your cos/sin are interleaved (each angle repeated twice in a "
+                "row: c0 c0 c1 c1 ...) but you rotate split halves (rotate_half). Mixing the "
+                "two layouts rotates features by angles meant for other pairs: repeat the whole "
+                "(L, E/2) block instead, [c0 ... c_{E/2-1}, c0 ... c_{E/2-1}].",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base, layout="mixed")),
+        Mistake("forgot_offset", "You started the positions at 0 and ignored offset. When "
+                "decoding, the new tokens sit at positions offset, offset + 1, ...: use "
+                "arange(offset, offset + L).",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base,
+                                                             use_offset=False)),
+        Mistake("ignored_base", "Your frequencies ignore the base argument (you used 10000): "
+                "θ_i = base^(-2i/E).",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base, use_base=False)),
+        Mistake("exponent_i_over_E", "Your frequencies are base^(-i/E): the exponent is 2i/E "
+                "(i counts pairs, so it runs over 0 ... E/2 - 1 and 2i/E over [0, 1)).",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base, exponent=1.0)),
+        Mistake("rotated_backwards", "You rotated by -mθ (clockwise): the sign of the sin "
+                "term is flipped. out = x·cos + rotate_half(x)·sin with rotate_half(x) = "
+                "[-x2, x1].",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base, sign=-1.0)),
+    ),
+)
+
+# --------------------------------------------------------------------------- alibi_bias
+
+
+def _alibi_cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("8 heads, L = S = 5", (8, 5, 5)),
+        Case("4 heads, decoding: L = 2, S = 6", (4, 2, 6),
+             note="the 2 queries are the last 2 of the 6 positions"),
+        Case("16 heads, L = S = 3", (16, 3, 3)),
+        Case("2 heads, L = 1, S = 4", (2, 1, 4), note="one new token against 4 positions"),
+    ]
+
+
+def _alibi_oracle(H: int, L: int, S: int) -> torch.Tensor:
+    return positions.alibi_bias(H, L, S)
+
+
+def alibi_bias(H: int, L: int, S: int) -> torch.Tensor:
+    """(H, L, S) float32: m_h · (j - i'), m_h = 2^(-8(h+1)/H), query i at i' = i + S - L."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float64) / H)   # (H,)
+    q_pos = torch.arange(S - L, S, dtype=torch.float64)[:, None]                # (L, 1)
+    k_pos = torch.arange(S, dtype=torch.float64)[None, :]                       # (1, S)
+    return (slopes[:, None, None] * (k_pos - q_pos)).to(torch.float32)
+
+
+def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True):
+    h = torch.arange(1, H + 1, dtype=torch.float64)
+    m = {None: 2.0 ** (-8.0 * h / H), "halves": 2.0 ** (-h), "linear": h / H,
+         "reversed": 2.0 ** (-8.0 * (H + 1 - h) / H)}[slopes]
+    i = torch.arange(L, dtype=torch.float64)[:, None] + (S - L if align else 0)
+    j = torch.arange(S, dtype=torch.float64)[None, :]
+    r = {"j-i": j - i, "i-j": i - j, "j": j + 0 * i, "-i": -i + 0 * j}[rel]
+    return (m[:, None, None] * r).to(torch.float32)
+
+
+ALIBI_BIAS = Exercise(
+    id="alibi_bias",
+    chapter="05_positions",
+    title="The ALiBi bias",
+    signature="alibi_bias(H, L, S) -> float32 (H, L, S)",
+    params=("H", "L", "S"),
+    cases=_alibi_cases,
+    oracle=_alibi_oracle,
+    solution=alibi_bias,
+    hints=(
+        "Head h has slope m_h = 2^(-8(h+1)/H) (h = 0 ... H-1; H is a power of two here). The "
+        "bias of query i and key j is m_h times the key position minus the query position: 0 "
+        "for the token itself, negative for the past.",
+        "The L queries are the last L of the S positions: query i sits at position "
+        "i + S - L. Build the (L, S) table of j - (i + S - L) by broadcasting, then multiply "
+        "by the slopes as an (H, 1, 1) tensor.",
+        "slopes[:, None, None] * (arange(S)[None, :] - arange(S - L, S)[:, None]), as float32",
+    ),
+    mistakes=(
+        Mistake("wrong_sign", "Your bias is positive for past keys: it must be m_h · (j - i'), "
+                "which is negative for j < i' (more distant keys are penalised).",
+                lambda H, L, S: _alibi_with(H, L, S, rel="i-j")),
+        Mistake("key_position_only", "Your bias is m_h · j, the key's absolute position. Every "
+                "row of it differs from m_h · (j - i') by a constant, so the softmax weights are "
+                "the same (some libraries use it for that reason), but the bias asked for is "
+                "relative: 0 on the query's own position.",
+                lambda H, L, S: _alibi_with(H, L, S, rel="j")),
+        Mistake("query_position_only", "Your bias depends only on the query position i: it is "
+                "the same for every key, so it changes nothing after the softmax. Use the "
+                "distance j - i'.", lambda H, L, S: _alibi_with(H, L, S, rel="-i")),
+        Mistake("top_left_alignment", "Your bias is right when L = S but not when the queries "
+                "are the last L of S positions (decoding): query i sits at position "
+                "i + S - L, not i.", lambda H, L, S: _alibi_with(H, L, S, align=False)),
+        Mistake("transposed", "Your bias has shape (H, S, L): keys on the rows. Scores are "
+                "(..., L, S), queries on the rows and keys on the columns, so the bias must be "
+                "(H, L, S).", lambda H, L, S: _alibi_with(H, L, S).transpose(1, 2)),
+        Mistake("slopes_halves", "Your slopes are 1/2, 1/4, 1/8, ... whatever H is. That is "
+                "right only for H = 8: the slopes are 2^(-8(h+1)/H), a geometric sequence from "
+                "2^(-8/H) down to 2^(-8).", lambda H, L, S: _alibi_with(H, L, S, slopes="halves")),
+        Mistake("slopes_linear", "Your slopes grow linearly with the head index: ALiBi's slopes "
+                "are geometric, m_h = 2^(-8(h+1)/H).",
+                lambda H, L, S: _alibi_with(H, L, S, slopes="linear")),
+        Mistake("slopes_reversed", "Your slopes are in reverse order: head 0 has the largest "
+                "slope, 2^(-8/H), and head H-1 the smallest, 2^(-8).",
+                lambda H, L, S: _alibi_with(H, L, S, slopes="reversed")),
+    ),
+)
