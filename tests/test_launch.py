@@ -38,28 +38,43 @@ def _setup_source():
                                        notebook_setup.book_version())
 
 
-def test_setup_tool_on_copies_changes_only_what_it_says(tmp_path):
+def _as_authored(nb: dict) -> dict:
+    """A chapter as an author writes it: no setup cell, solution cells as plain hide-input."""
+    nb = json.loads(json.dumps(nb))
+    nb["cells"] = [c for c in nb["cells"] if "setup" not in c["metadata"].get("tags", [])]
+    for cell in nb["cells"]:
+        meta = cell["metadata"]
+        if "solution" in meta.get("tags", []):
+            cell["source"] = "".join(cell["source"]).replace(", record=False)", ")")
+            meta["tags"] = ["hide-input" if t == "hide-cell" else t for t in meta["tags"]]
+            meta.pop("mystnb", None)
+    return nb
+
+
+def test_setup_tool_turns_an_authored_chapter_into_the_stored_one(tmp_path):
     for path in CHAPTERS:
-        shutil.copy(path, tmp_path / path.name)
-    copies = sorted(tmp_path.glob("*.ipynb"))
-    assert notebook_setup.main([str(p) for p in copies]) == 0
-    assert notebook_setup.main(["--check", *map(str, copies)]) == 0        # idempotent
-    for path in CHAPTERS:
-        before = json.loads(path.read_text(encoding="utf-8"))
-        after = json.loads((tmp_path / path.name).read_text(encoding="utf-8"))
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        authored = _as_authored(stored)
+        copy = tmp_path / path.name
+        copy.write_text(json.dumps(authored, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
+        assert notebook_setup.main([str(copy)]) == 0
+        assert notebook_setup.main(["--check", str(copy)]) == 0        # idempotent
+        after = json.loads(copy.read_text(encoding="utf-8"))
         setup, *rest = after["cells"]
         assert setup["metadata"]["tags"] == ["setup", "remove-cell"] and setup["outputs"] == []
         assert "".join(setup["source"]) == _setup_source()
-        assert len(rest) == len(before["cells"])
-        for old, new in zip(before["cells"], rest, strict=True):
+        assert len(rest) == len(authored["cells"])
+        for old, new in zip(authored["cells"], rest, strict=True):
             if "solution" in old["metadata"].get("tags", []):
-                old_src = "".join(old["source"])
                 assert "record=False)" in "".join(new["source"])
-                assert "".join(new["source"]).replace(", record=False)", ")") == old_src
-                new = {**new, "source": old["source"]}
+                assert "hide-cell" in new["metadata"]["tags"]
+                assert "hide-input" not in new["metadata"]["tags"]
+                assert new["metadata"]["mystnb"]["code_prompt_show"] == "Reference solution"
+                continue
             assert new == old                               # outputs and all else unchanged
-        assert {k: v for k, v in after.items() if k != "cells"} == \
-            {k: v for k, v in before.items() if k != "cells"}
+        # the stored chapter is exactly what the tool makes of it (besides the setup cell id)
+        assert [c["source"] for c in after["cells"]] == [c["source"] for c in stored["cells"]]
 
 
 def test_setup_cell_names_the_books_version_and_repository():
