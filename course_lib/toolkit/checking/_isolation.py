@@ -20,6 +20,7 @@ cannot reach the parent: the learner's session.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import gc
 import importlib.util
@@ -355,6 +356,7 @@ def _vm_bytes() -> int | None:
 
 def _setup_child(memory_cap: int | None) -> None:
     gc.freeze()     # the inherited objects: a collection here would copy every page they are on
+    faulthandler.disable()   # a crash of the learner's code is reported by the parent, quietly
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
         try:
             signal.signal(sig, signal.SIG_DFL)
