@@ -91,3 +91,16 @@ def test_tied_projections_give_symmetric_scores_and_self_preference():
 def test_library_best():
     lib = make_library()
     assert lib.best(torch.tensor([0.1, 0.2, 0.6, 0.05, 0.05])) == "Rise of Rome"
+
+
+def test_conv_reach_and_layers_to_connect():
+    from course_lib.chapters.ch01_library_analogy.helpers import conv_layers_to_connect, conv_reach
+
+    assert conv_reach(0, 3) == 0
+    assert conv_reach(1, 3) == 1 and conv_reach(4, 3) == 4
+    assert conv_reach(2, 5) == 4
+    assert conv_layers_to_connect(1, 3) == 1
+    assert conv_layers_to_connect(10, 3) == 10
+    assert conv_layers_to_connect(10, 5) == 5 and conv_layers_to_connect(11, 5) == 6
+    with pytest.raises(ValueError):
+        conv_reach(1, 4)

@@ -194,3 +194,84 @@ def check_players(page) -> list[str]:
     """Every slider of a jshtml player changes the frame image when moved."""
     return [f"slider {r['id'] or '(no id)'}: {r['why']}"
             for r in page.evaluate(_PLAYERS_JS) if not r["ok"]]
+
+
+_MATH_FIT_JS = """
+() => {
+  const main = document.querySelector('main') || document.body;
+  const right = main.getBoundingClientRect().right;
+  const out = [];
+  document.querySelectorAll('mjx-container[display="true"]').forEach((m, i) => {
+    const box = m.getBoundingClientRect();
+    const style = getComputedStyle(m);
+    const scrolls = ['auto', 'scroll'].includes(style.overflowX);
+    const block = m.closest('.math');
+    const label = (block && block.id) || ('display equation ' + (i + 1));
+    out.push({label, spills: box.right > right + 1 && box.width > 0,
+              wider: m.scrollWidth > m.clientWidth + 1, scrolls,
+              width: Math.round(m.scrollWidth), room: Math.round(m.clientWidth)});
+  });
+  return out;
+}
+"""
+
+
+def math_widths(page) -> list[dict]:
+    """Per display equation: its label, whether its box spills out of the main column, whether its
+    content is wider than its box, and whether the box scrolls. Needs rendered math."""
+    return page.evaluate(_MATH_FIT_JS)
+
+
+def check_math_fits(page, strict: bool) -> list[str]:
+    """No display equation is cut off: its box stays inside the main column, and content wider
+    than the box can be scrolled to. ``strict``: no equation may need scrolling at all."""
+    problems = []
+    for m in math_widths(page):
+        if m["spills"]:
+            problems.append(f"{m['label']}: box spills out of the main column")
+        if m["wider"] and not m["scrolls"]:
+            problems.append(f"{m['label']}: {m['width']} px of math in {m['room']} px, cut off "
+                            "with no scrollbar")
+        elif m["wider"] and strict:
+            problems.append(f"{m['label']}: {m['width']} px of math in {m['room']} px "
+                            "(needs scrolling; break it into lines)")
+    return problems
+
+
+_FIGURES_JS = """
+() => {
+  const main = document.querySelector('main') || document.body;
+  const out = [];
+  main.querySelectorAll('.cell_output img, figure img, .output img').forEach(img => {
+    if (img.closest('.animation')) return;            // explorer players: captioned by prose
+    const fig = img.closest('figure');
+    const cap = fig && fig.querySelector('figcaption');
+    if (!cap || !cap.textContent.trim())
+      out.push((img.getAttribute('src') || '<no src>').slice(0, 80));
+  });
+  return out;
+}
+"""
+
+
+def check_figure_captions(page) -> list[str]:
+    """Every figure image (outside explorer players) sits in a <figure> with a caption."""
+    return [f"figure without a caption: {src}" for src in page.evaluate(_FIGURES_JS)]
+
+
+_SECTIONS_JS = """
+() => {
+  const main = document.querySelector('main') || document.body;
+  const heads = [...main.querySelectorAll('article h1, article h2')];
+  return heads.map(h => ({tag: h.tagName, text: h.textContent.trim().slice(0, 60),
+                          numbered: !!h.querySelector('.section-number')}));
+}
+"""
+
+
+def check_numbered_sections(page) -> list[str]:
+    """The chapter title and every section heading carry a number from the table of contents."""
+    heads = page.evaluate(_SECTIONS_JS)
+    if not heads:
+        return ["no headings found"]
+    return [f"{h['tag']} not numbered: {h['text']!r}" for h in heads if not h["numbered"]]

@@ -19,8 +19,11 @@ import yaml
 
 from .conftest import ROOT, SITE
 from .probe import (
+    check_figure_captions,
     check_images,
     check_math,
+    check_math_fits,
+    check_numbered_sections,
     check_players,
     check_widgets,
     open_page,
@@ -57,6 +60,22 @@ def toc_order() -> list[str]:
 
 def is_chapter(page: str) -> bool:
     return bool(re.match(r"book/\d\d_[^/]+\.html$", page)) or page == "book/intro.html"
+
+
+def numbered_chapters() -> list[str]:
+    """The chapter pages (book/NN_name.html) in the order of _toc.yml."""
+    return [p for p in toc_order() if re.match(r"book/\d\d_[^/]+\.html$", p)]
+
+
+# Issue 15 is done in two parts: these chapters get their figure captions and line-broken
+# equations in part B. Until then their page-polish checks may fail (non-strict xfail).
+PART_B_PENDING = {"book/06_masks.html", "book/07_complexity.html", "book/08_flash.html",
+                  "book/11_capstone.html"}
+
+
+def polish_params() -> list:
+    return [pytest.param(p, marks=pytest.mark.xfail(reason="issue 15 part B", strict=False))
+            if p in PART_B_PENDING else p for p in numbered_chapters()]
 
 
 class _Links(HTMLParser):
@@ -179,3 +198,36 @@ def test_search_finds_softmax(site, server, context):
 def test_every_toc_page_was_built(site):
     missing = [p for p in toc_order() if not (site / p).is_file()]
     assert not missing, f"pages in _toc.yml missing from the build: {missing}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_path", polish_params())
+@pytest.mark.parametrize("width", [1400, 400])
+def test_display_math_fits(page_path, width, site, server, browser):
+    """At a desktop and at a phone width, no display equation is cut off: every one stays inside
+    the text column, and at 1400 px none even needs its scrollbar (long ones are broken into
+    lines). At 400 px a wide one may scroll, but never invisibly."""
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        visit = open_page(ctx, server.base + page_path)
+        problems = check_math(visit.page) + check_math_fits(visit.page, strict=width >= 1400)
+    finally:
+        ctx.close()
+    assert not problems, f"{page_path} at {width} px:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_path", polish_params())
+def test_figures_have_captions(page_path, site, server, context):
+    visit = open_page(context, server.base + page_path)
+    problems = check_figure_captions(visit.page)
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_path", numbered_chapters())
+def test_chapters_have_numbered_sections(page_path, site, server, context):
+    """_toc.yml numbers the chapters: the title and every section heading carry a number."""
+    visit = open_page(context, server.base + page_path)
+    problems = check_numbered_sections(visit.page)
+    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)

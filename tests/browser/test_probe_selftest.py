@@ -14,7 +14,15 @@ import pytest
 from matplotlib.animation import FuncAnimation
 
 from .conftest import LocalServer
-from .probe import check_images, check_players, check_widgets, open_page
+from .probe import (
+    check_figure_captions,
+    check_images,
+    check_math_fits,
+    check_numbered_sections,
+    check_players,
+    check_widgets,
+    open_page,
+)
 
 
 def jshtml(frames_differ: bool) -> str:
@@ -80,3 +88,30 @@ def test_remote_load_scanner():
                                   "@import https://f.x/d.css"]
     assert remote_loads(_FA_LINK.sub("", jshtml(True))) == []
     assert remote_loads(jshtml(True)) != []  # matplotlib's own output does load from a CDN
+
+
+@pytest.mark.browser
+def test_probe_catches_cut_off_math_uncaptioned_figure_unnumbered_heading(tmp_path, browser):
+    wide = '<span style="display:inline-block;width:900px">x</span>'
+    math = ('<div class="math" id="eq-{id}"><mjx-container display="true" '
+            'style="display:block;max-width:100%;overflow-x:{ov}">' + wide
+            + '</mjx-container></div>')
+    png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR4nGNgYAAAA"
+           "AMAASsJTYQAAAAASUVORK5CYII=")
+    write(tmp_path, "page.html",
+          '<div style="width:400px"><article>'
+          '<h1><span class="section-number">1. </span>Title</h1><h2>Unnumbered</h2>'
+          + math.format(id="hidden", ov="hidden") + math.format(id="scrolls", ov="auto")
+          + f'<div class="cell_output"><img src="{png}"></div>'
+          + f'<figure><img src="{png}"><figcaption>A caption</figcaption></figure>'
+          '</article></div>')
+    ctx = browser.new_context(viewport={"width": 1000, "height": 600})
+    with LocalServer(tmp_path) as srv:
+        page = open_page(ctx, srv.base + "page.html").page
+        loose = check_math_fits(page, strict=False)
+        assert len(loose) == 1 and loose[0].startswith("eq-hidden:") and "cut off" in loose[0]
+        strict = check_math_fits(page, strict=True)
+        assert any(p.startswith("eq-scrolls:") and "break it" in p for p in strict)
+        assert check_figure_captions(page) == [f"figure without a caption: {png[:80]}"]
+        assert check_numbered_sections(page) == ["H2 not numbered: 'Unnumbered'"]
+    ctx.close()

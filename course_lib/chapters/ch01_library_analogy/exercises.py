@@ -27,14 +27,14 @@ def _cases(gen: torch.Generator) -> list[Case]:
 
 
 def _oracle(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    w = reference.attention_weights(query[None, :], keys, scale=1.0)[0]   # (n,)
+    w = reference.attention_weights(query[None, :], keys, scale=1.0)[0]   # (S,)
     return w @ values
 
 
 def retrieve(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Soft look-up: weights = softmax(keys · query) over the n keys; return weights · values."""
-    weights = torch.softmax(keys @ query, dim=-1)  # (n,), sums to 1
-    return weights @ values                         # (m,) weighted average
+    """Soft look-up: weights = softmax(keys · query) over the S keys; return weights · values."""
+    weights = torch.softmax(keys @ query, dim=-1)  # (S,), sums to 1
+    return weights @ values                         # (Ev,) weighted average
 
 
 def _scaled(query, keys, values):
@@ -42,7 +42,7 @@ def _scaled(query, keys, values):
 
 
 def _wrong_axis(query, keys, values):
-    scores = keys @ query[:, None]                   # (n, 1)
+    scores = keys @ query[:, None]                   # (S, 1)
     return (torch.softmax(scores, dim=-1) * values).sum(0)   # softmax over the size-1 axis
 
 
@@ -62,25 +62,25 @@ RETRIEVE = Exercise(
     id="retrieve",
     chapter="01_library_analogy",
     title="Soft retrieval from a library",
-    signature="retrieve(query (d,), keys (n, d), values (n, m)) -> (m,)",
+    signature="retrieve(query (E,), keys (S, E), values (S, Ev)) -> (Ev,)",
     params=("query", "keys", "values"),
     cases=_cases,
     oracle=_oracle,
     solution=retrieve,
     hints=(
         "Score every key against the query with a dot product: that gives one number per key.",
-        "Turn the n scores into weights that are positive and sum to 1 (a softmax over the n "
-        "keys), then mix the values with those weights. No 1/sqrt(d) scaling here.",
-        "weights = torch.softmax(keys @ query, dim=-1)  # (n,); return weights @ values  # (m,)",
+        "Turn the S scores into weights that are positive and sum to 1 (a softmax over the S "
+        "keys), then mix the values with those weights. No 1/sqrt(E) scaling here.",
+        "weights = torch.softmax(keys @ query, dim=-1)  # (S,); return weights @ values  # (Ev,)",
     ),
     mistakes=(
-        Mistake("scaled", "You divided the scores by sqrt(d). That scaling belongs to scaled "
+        Mistake("scaled", "You divided the scores by sqrt(E). That scaling belongs to scaled "
                           "dot-product attention (next chapter); retrieve uses the raw "
                           "dot products keys · query.", _scaled),
         Mistake("wrong_axis", "Your softmax ran over an axis of size 1, so every weight is 1 and "
                               "you returned the plain sum of the values. Take the softmax over the "
-                              "n keys (the scores should have shape (n,)).", _wrong_axis),
-        Mistake("returns_weights", "You returned the weights (one per key, shape (n,)) instead "
+                              "S keys (the scores should have shape (S,)).", _wrong_axis),
+        Mistake("returns_weights", "You returned the weights (one per key, shape (S,)) instead "
                                    "of the retrieved value: finish with weights @ values.",
                 _returns_weights),
         Mistake("no_softmax", "You mixed the values with the raw scores. Turn the scores into "

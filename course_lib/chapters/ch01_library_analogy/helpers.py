@@ -111,23 +111,23 @@ class AttentionSteps:
     output: torch.Tensor
 
 
-def embed(tokens: Sequence[str], d_model: int = 4, seed: int = 0) -> torch.Tensor:
-    """``(len(tokens), d_model)`` embeddings: one seeded random vector per *distinct* word, so a
-    repeated word gets the same row (there is no position information)."""
+def embed(tokens: Sequence[str], D: int = 4, seed: int = 0) -> torch.Tensor:
+    """``(len(tokens), D)`` embeddings (model width ``D``): one seeded random vector per
+    *distinct* word, so a repeated word gets the same row (there is no position information)."""
     vocab = sorted(set(tokens))
     g = torch.Generator().manual_seed(seed)
-    table = torch.randn(len(vocab), d_model, generator=g, dtype=torch.float64)
+    table = torch.randn(len(vocab), D, generator=g, dtype=torch.float64)
     return table[[vocab.index(t) for t in tokens]]
 
 
 def projections(
-    d_model: int = 4, d_k: int = 3, d_v: int = 3, seed: int = 2, tied: bool = False
+    D: int = 4, E: int = 3, Ev: int = 3, seed: int = 2, tied: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Seeded weight matrices ``w_q`` (D, E), ``w_k`` (D, E), ``w_v`` (D, M) with N(0, 1)
+    """Seeded weight matrices ``w_q`` (D, E), ``w_k`` (D, E), ``w_v`` (D, Ev) with N(0, 1)
     entries. With ``tied=True`` the key projection is the query projection (W_K = W_Q)."""
     g = torch.Generator().manual_seed(seed)
-    w_q, w_k, w_v = (torch.randn(d_model, cols, generator=g, dtype=torch.float64)
-                     for cols in (d_k, d_k, d_v))
+    w_q, w_k, w_v = (torch.randn(D, cols, generator=g, dtype=torch.float64)
+                     for cols in (E, E, Ev))
     return {"w_q": w_q, "w_k": w_q.clone() if tied else w_k, "w_v": w_v}
 
 
@@ -142,7 +142,7 @@ def attention_steps(
     values all come from ``x_q`` (L, D)); cross-attention when ``x_kv`` (S, D) is another sequence.
     """
     x_kv = x_q if x_kv is None else x_kv
-    q, k, v = x_q @ w_q, x_kv @ w_k, x_kv @ w_v          # (L, E), (S, E), (S, M)
+    q, k, v = x_q @ w_q, x_kv @ w_k, x_kv @ w_v          # (L, E), (S, E), (S, Ev)
     scores = q @ k.T                                     # (L, S)
     scaled = scores / math.sqrt(q.shape[-1])
     weights = torch.softmax(scaled, dim=-1)
@@ -156,15 +156,45 @@ def diagonal_argmax_rate(scores: torch.Tensor) -> float:
 
 
 def tied_vs_untied_diagonal_rate(
-    trials: int = 200, n: int = 8, d_model: int = 16, d_k: int = 16, seed: int = 0
+    trials: int = 200, L: int = 8, D: int = 16, E: int = 16, seed: int = 0
 ) -> tuple[float, float]:
     """Over ``trials`` random sequences and projections: how often a token's highest score is
     itself, with W_K = W_Q (tied) and with independent W_K. Returns (tied, untied)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(trials, n, d_model, generator=g, dtype=torch.float64)
-    w_q = torch.randn(trials, d_model, d_k, generator=g, dtype=torch.float64)
-    w_k = torch.randn(trials, d_model, d_k, generator=g, dtype=torch.float64)
+    x = torch.randn(trials, L, D, generator=g, dtype=torch.float64)
+    w_q = torch.randn(trials, D, E, generator=g, dtype=torch.float64)
+    w_k = torch.randn(trials, D, E, generator=g, dtype=torch.float64)
     q, k = x @ w_q, x @ w_k
     tied = diagonal_argmax_rate(q @ q.transpose(-2, -1))
     untied = diagonal_argmax_rate(q @ k.transpose(-2, -1))
     return tied, untied
+
+
+def conv_reach(layers: int, kernel: int, length: int = 4096) -> int:
+    """How far apart two tokens can be and still interact after ``layers`` stacked 1-D
+    convolutions of odd width ``kernel`` (stride 1, 'same' padding). Measured, not assumed: a
+    one-hot signal at the centre of a ``length``-token sequence is pushed through the layers with
+    an all-ones kernel and the farthest token it reached is returned."""
+    if kernel % 2 == 0 or kernel < 3:
+        raise ValueError("kernel must be odd and at least 3")
+    x = torch.zeros(1, 1, length, dtype=torch.float64)
+    centre = length // 2
+    x[0, 0, centre] = 1.0
+    w = torch.ones(1, 1, kernel, dtype=torch.float64)
+    for _ in range(layers):
+        x = torch.nn.functional.conv1d(x, w, padding=kernel // 2)
+    reached = torch.nonzero(x[0, 0]).flatten()
+    return int((reached - centre).abs().max())
+
+
+def conv_layers_to_connect(distance: int, kernel: int) -> int:
+    """The fewest stacked convolutions of width ``kernel`` after which tokens ``distance`` apart
+    interact: each layer reaches ``(kernel - 1) // 2`` tokens further, so
+    ``ceil(distance / ((kernel - 1) // 2))``, confirmed with :func:`conv_reach` (that many layers
+    reach, one fewer does not). One self-attention layer always suffices."""
+    step = (kernel - 1) // 2
+    layers = -(-distance // step)
+    length = 2 * distance + 2 * kernel + 1
+    assert conv_reach(layers, kernel, length) >= distance
+    assert layers == 0 or conv_reach(layers - 1, kernel, length) < distance
+    return layers

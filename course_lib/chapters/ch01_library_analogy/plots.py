@@ -98,7 +98,7 @@ def plot_steps(
     key_tokens = tokens if key_tokens is None else key_tokens
     ax_s, ax_w = fig.subplots(1, 2)
     diverging_heatmap(ax_s, scaled, tokens, key_tokens,
-                      title=r"scaled scores $QK^\top/\sqrt{d_k}$")
+                      title=r"scaled scores $QK^\top/\sqrt{E}$")
     heatmap(ax_w, weights, tokens, key_tokens, title="attention weights (rows sum to 1)",
             vmin=0.0, vmax=1.0, annotate=True)
     fig.tight_layout()

@@ -28,7 +28,7 @@ def scaling_explorer() -> Explorer:
     return Explorer(
         draw=draw_scaling,
         controls={
-            "d_k": Control("d_k", DIMS, default=64),
+            "d_k": Control("E (head width)", DIMS, default=64),
             "scaling": Control("scaling", SCALINGS, default="unscaled", kind="toggle"),
         },
         frames=[{"d_k": d, "scaling": m} for m in SCALINGS for d in BOOK_DIMS],

@@ -21,13 +21,13 @@ def plot_variance(
 ) -> None:
     """Measured Var(q·k) and Var(q·k/√d_k) against d_k (log-log), with the lines y = d_k, y = 1."""
     d = np.asarray(dims, dtype=float)
-    ax.plot(d, d, color="grey", ls="--", lw=1, label=r"theory: $y = d_k$")
+    ax.plot(d, d, color="grey", ls="--", lw=1, label=r"theory: $y = E$")
     ax.plot(d, np.ones_like(d), color="grey", ls=":", lw=1, label=r"theory: $y = 1$")
     ax.plot(d, var_unscaled, "o", color=UNSCALED, label=r"measured Var$(q\cdot k)$")
-    ax.plot(d, var_scaled, "s", color=SCALED, label=r"measured Var$(q\cdot k/\sqrt{d_k})$")
+    ax.plot(d, var_scaled, "s", color=SCALED, label=r"measured Var$(q\cdot k/\sqrt{E})$")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel(r"key width $d_k$ (dimensions, log scale)")
+    ax.set_xlabel(r"key width $E$ (dimensions, log scale)")
     ax.set_ylabel("variance of the score (log scale)")
     ax.set_title("Dot products grow with width; scaling undoes it")
     ax.legend(fontsize=8, frameon=False)
@@ -54,7 +54,7 @@ def plot_saturation(
     ax_h.set_title("... and loses its entropy")
     for ax in axes:
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(r"key width $d_k$ (log scale)")
+        ax.set_xlabel(r"key width $E$ (log scale)")
         ax.legend(fontsize=8, frameon=False)
 
 
@@ -66,7 +66,7 @@ def plot_jacobian(
         ax.plot(dims, stats[mode]["jacobian"].numpy(), "o-", color=colour, label=mode)
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(r"key width $d_k$ (log scale)")
+    ax.set_xlabel(r"key width $E$ (log scale)")
     ax.set_ylabel(r"mean $\|\partial\,\mathrm{softmax} / \partial\,\mathrm{scores}\|_F$")
     ax.set_title("Without scaling the gradient through softmax vanishes")
     ax.legend(fontsize=8, frameon=False)
@@ -89,8 +89,8 @@ def draw_scaling_frame(
     ax_s.set_xlim(-x_limit, x_limit)
     ax_s.set_xlabel("score value")
     ax_s.set_ylabel("count (query-key pairs)")
-    label = r"$q\cdot k/\sqrt{d_k}$" if scaled else r"$q\cdot k$"
-    ax_s.set_title(f"{label} at $d_k$ = {d_k}: std {s.std().item():.1f}")
+    label = r"$q\cdot k/\sqrt{E}$" if scaled else r"$q\cdot k$"
+    ax_s.set_title(f"{label} at $E$ = {d_k}: std {s.std().item():.1f}")
     ax_w.bar(np.arange(n_keys), w.numpy(), color=colour)
     ax_w.set_ylim(0, 1)
     ax_w.set_xlabel("key index")

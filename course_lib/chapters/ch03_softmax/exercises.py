@@ -118,16 +118,16 @@ def _sa_oracle(x, w_q, w_k, w_v):
     dtype = x.dtype
     x, w_q, w_k, w_v = (t.double() for t in (x, w_q, w_k, w_v))   # float64, rounded once
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    weights = reference.attention_weights(q, k)      # (B, N, N), scale 1/√E
+    weights = reference.attention_weights(q, k)      # (B, L, L), scale 1/√E
     return (weights @ v).to(dtype), weights.to(dtype)
 
 
 def self_attention(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
                    w_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Single-head self-attention: x (B, N, D) -> out (B, N, M), weights (B, N, N)."""
-    q, k, v = x @ w_q, x @ w_k, x @ w_v        # (B,N,E), (B,N,E), (B,N,M)
+    """Single-head self-attention: x (B, L, D) -> out (B, L, Ev), weights (B, L, L)."""
+    q, k, v = x @ w_q, x @ w_k, x @ w_v        # (B,L,E), (B,L,E), (B,L,Ev)
     E = q.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(E)        # (B, N, N)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)        # (B, L, L)
     weights = torch.softmax(scores, dim=-1)     # over keys: rows sum to 1
     return weights @ v, weights
 
@@ -165,8 +165,8 @@ SELF_ATTENTION = Exercise(
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="03_softmax",
     title="Single-head self-attention",
-    signature="self_attention(x (B, N, D), w_q (D, E), w_k (D, E), w_v (D, M)) "
-              "-> (out (B, N, M), weights (B, N, N))",
+    signature="self_attention(x (B, L, D), w_q (D, E), w_k (D, E), w_v (D, Ev)) "
+              "-> (out (B, L, Ev), weights (B, L, L))",
     params=("x", "w_q", "w_k", "w_v"),
     output_names=("out", "weights"),
     cases=_sa_cases,

@@ -28,57 +28,57 @@ def _split_cases(gen: torch.Generator) -> list[Case]:
 
 
 def _split_oracle(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    B, N, HD = x.shape
-    return x.reshape(B, N, num_heads, HD // num_heads).transpose(1, 2).clone()
+    B, L, HD = x.shape
+    return x.reshape(B, L, num_heads, HD // num_heads).transpose(1, 2).clone()
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, N, H·D) -> (B, H, N, D): head h gets features h·D ... (h+1)·D - 1 of every token."""
-    B, N, E = x.shape
-    x = x.reshape(B, N, num_heads, E // num_heads)   # cut the features
-    return x.permute(0, 2, 1, 3)                     # (B, H, N, D)
+    """(B, L, H·E) -> (B, H, L, E): head h gets features h·E ... (h+1)·E - 1 of every token."""
+    B, L, D = x.shape
+    x = x.reshape(B, L, num_heads, D // num_heads)   # cut the features
+    return x.permute(0, 2, 1, 3)                     # (B, H, L, E)
 
 
 def _split_no_permute(x, num_heads):
-    B, N, HD = x.shape
-    return x.reshape(B, num_heads, N, HD // num_heads)
+    B, L, HD = x.shape
+    return x.reshape(B, num_heads, L, HD // num_heads)
 
 
 def _split_wrong_order(x, num_heads):
-    B, N, HD = x.shape
-    return x.reshape(B, N, HD // num_heads, num_heads).permute(0, 3, 1, 2)
+    B, L, HD = x.shape
+    return x.reshape(B, L, HD // num_heads, num_heads).permute(0, 3, 1, 2)
 
 
 def _split_no_transpose(x, num_heads):
-    B, N, HD = x.shape
-    return x.reshape(B, N, num_heads, HD // num_heads)
+    B, L, HD = x.shape
+    return x.reshape(B, L, num_heads, HD // num_heads)
 
 
 SPLIT_HEADS = Exercise(
     id="split_heads",
     chapter="04_multi_head",
     title="Split the features into heads",
-    signature="split_heads(x (B, N, H·D), num_heads) -> (B, H, N, D)",
+    signature="split_heads(x (B, L, H·E), num_heads) -> (B, H, L, E)",
     params=("x", "num_heads"),
     cases=_split_cases,
     oracle=_split_oracle,
     solution=split_heads,
     hints=(
-        "Head h owns a contiguous slice of each token's features: h·D to (h+1)·D, "
-        "D = x.shape[-1] // num_heads.",
-        "First reshape to (B, N, H, D) (that cuts each token's features into H slices), then "
+        "Head h owns a contiguous slice of each token's features: h·E to (h+1)·E, "
+        "E = x.shape[-1] // num_heads.",
+        "First reshape to (B, L, H, E) (that cuts each token's features into H slices), then "
         "move the head axis in front of the token axis.",
-        "return x.reshape(B, N, num_heads, D).transpose(1, 2)",
+        "return x.reshape(B, L, num_heads, E).transpose(1, 2)",
     ),
     mistakes=(
-        Mistake("reshape_without_permute", "You reshaped straight to (B, H, N, D). The shape is "
+        Mistake("reshape_without_permute", "You reshaped straight to (B, H, L, E). The shape is "
                 "right but the numbers are scrambled: a reshape keeps memory order, so a 'head' "
-                "gets features of different tokens. Reshape to (B, N, H, D), then "
+                "gets features of different tokens. Reshape to (B, L, H, E), then "
                 "transpose(1, 2).", _split_no_permute),
-        Mistake("wrong_head_order", "You cut the features as (D, H) instead of (H, D): head h "
-                "should get the contiguous slice h·D ... (h+1)·D - 1, so reshape to "
-                "(B, N, H, D).", _split_wrong_order),
-        Mistake("missing_transpose", "You returned (B, N, H, D): move the head axis before the "
+        Mistake("wrong_head_order", "You cut the features as (E, H) instead of (H, E): head h "
+                "should get the contiguous slice h·E ... (h+1)·E - 1, so reshape to "
+                "(B, L, H, E).", _split_wrong_order),
+        Mistake("missing_transpose", "You returned (B, L, H, E): move the head axis before the "
                 "token axis with .transpose(1, 2).", _split_no_transpose),
     ),
 )
@@ -96,50 +96,50 @@ def _merge_cases(gen: torch.Generator) -> list[Case]:
 
 
 def _merge_oracle(x: torch.Tensor) -> torch.Tensor:
-    B, H, N, D = x.shape
-    return x.transpose(1, 2).reshape(B, N, H * D).clone()
+    B, H, L, E = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * E).clone()
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, N, D) -> (B, N, H·D): the inverse of split_heads."""
-    B, H, N, D = x.shape
-    x = x.permute(0, 2, 1, 3)                        # (B, N, H, D)
-    return x.reshape(B, N, H * D)                    # copies: not contiguous
+    """(B, H, L, E) -> (B, L, H·E): the inverse of split_heads."""
+    B, H, L, E = x.shape
+    x = x.permute(0, 2, 1, 3)                        # (B, L, H, E)
+    return x.reshape(B, L, H * E)                    # copies: not contiguous
 
 
 def _merge_no_permute(x):
-    B, H, N, D = x.shape
-    return x.reshape(B, N, H * D)
+    B, H, L, E = x.shape
+    return x.reshape(B, L, H * E)
 
 
 def _merge_wrong_order(x):
-    B, H, N, D = x.shape
-    return x.permute(0, 2, 3, 1).reshape(B, N, H * D)
+    B, H, L, E = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, L, H * E)
 
 
 MERGE_HEADS = Exercise(
     id="merge_heads",
     chapter="04_multi_head",
     title="Merge the heads back",
-    signature="merge_heads(x (B, H, N, D)) -> (B, N, H·D)",
+    signature="merge_heads(x (B, H, L, E)) -> (B, L, H·E)",
     params=("x",),
     cases=_merge_cases,
     oracle=_merge_oracle,
     solution=merge_heads,
     hints=(
-        "merge_heads undoes split_heads: token n's output is head 0's D features, then head "
+        "merge_heads undoes split_heads: token n's output is head 0's E features, then head "
         "1's, and so on.",
         "Bring the token axis back in front of the head axis first, then glue the last two "
         "axes together with a reshape.",
-        "return x.transpose(1, 2).reshape(B, N, H * D)",
+        "return x.transpose(1, 2).reshape(B, L, H * E)",
     ),
     mistakes=(
-        Mistake("reshape_without_permute", "You reshaped (B, H, N, D) straight to (B, N, H·D): "
+        Mistake("reshape_without_permute", "You reshaped (B, H, L, E) straight to (B, L, H·E): "
                 "a reshape keeps memory order, so tokens and heads get mixed up. First "
-                ".transpose(1, 2) to (B, N, H, D), then reshape.", _merge_no_permute),
+                ".transpose(1, 2) to (B, L, H, E), then reshape.", _merge_no_permute),
         Mistake("wrong_head_order", "You interleaved the heads feature by feature. Each token's "
-                "output is head 0's D features, then head 1's...: transpose(1, 2) to "
-                "(B, N, H, D), then reshape.", _merge_wrong_order),
+                "output is head 0's E features, then head 1's...: transpose(1, 2) to "
+                "(B, L, H, E), then reshape.", _merge_wrong_order),
     ),
 )
 
@@ -147,9 +147,9 @@ MERGE_HEADS = Exercise(
 
 
 def _mha_cases(gen: torch.Generator) -> list[Case]:
-    def weights(E: int, dtype: torch.dtype = torch.float32):
-        return (_r(gen, E, 3 * E, dtype=dtype, s=1 / math.sqrt(E)),
-                _r(gen, E, E, dtype=dtype, s=1 / math.sqrt(E)))
+    def weights(D: int, dtype: torch.dtype = torch.float32):
+        return (_r(gen, D, 3 * D, dtype=dtype, s=1 / math.sqrt(D)),
+                _r(gen, D, D, dtype=dtype, s=1 / math.sqrt(D)))
 
     f64 = torch.float64
     return [
@@ -163,39 +163,39 @@ def _mha_cases(gen: torch.Generator) -> list[Case]:
 def _mha_oracle(x, w_qkv, w_o, num_heads):
     dtype = x.dtype
     x, w_qkv, w_o = x.double(), w_qkv.double(), w_o.double()
-    B, N, E = x.shape
-    q, k, v = (x @ w_qkv).split(E, dim=-1)
-    q, k, v = (t.reshape(B, N, num_heads, E // num_heads).transpose(1, 2) for t in (q, k, v))
-    out = reference.scaled_dot_product_attention(q, k, v)          # (B, H, N, D)
-    return (out.transpose(1, 2).reshape(B, N, E) @ w_o).to(dtype)
+    B, L, D = x.shape
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (t.reshape(B, L, num_heads, D // num_heads).transpose(1, 2) for t in (q, k, v))
+    out = reference.scaled_dot_product_attention(q, k, v)          # (B, H, L, E)
+    return (out.transpose(1, 2).reshape(B, L, D) @ w_o).to(dtype)
 
 
 def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor,
                          num_heads: int) -> torch.Tensor:
-    """Multi-head self-attention: x (B, N, E) -> (B, N, E), heads of width D = E / H."""
-    B, N, E = x.shape
-    D = E // num_heads
-    q, k, v = (t.reshape(B, N, num_heads, D).permute(0, 2, 1, 3)   # split heads
-               for t in (x @ w_qkv).split(E, dim=-1))            # (B, H, N, D)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(D)     # (B, H, N, N)
-    heads = torch.softmax(scores, dim=-1) @ v           # (B, H, N, D)
-    merged = heads.permute(0, 2, 1, 3).reshape(B, N, E)  # merge heads: (B, N, E)
+    """Multi-head self-attention: x (B, L, D) -> (B, L, D), heads of width E = D / H."""
+    B, L, D = x.shape
+    E = D // num_heads
+    q, k, v = (t.reshape(B, L, num_heads, E).permute(0, 2, 1, 3)   # split heads
+               for t in (x @ w_qkv).split(D, dim=-1))            # (B, H, L, E)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)     # (B, H, L, L)
+    heads = torch.softmax(scores, dim=-1) @ v           # (B, H, L, E)
+    merged = heads.permute(0, 2, 1, 3).reshape(B, L, D)  # merge heads: (B, L, D)
     return merged @ w_o
 
 
 def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None):
-    B, N, E = x.shape
+    B, L, D = x.shape
     H = num_heads if heads is None else heads
-    D = E // H
-    q, k, v = (x @ w_qkv).split(E, dim=-1)
+    E = D // H
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
     if permute:
-        q, k, v = (t.reshape(B, N, H, D).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.reshape(B, L, H, E).transpose(1, 2) for t in (q, k, v))
     else:
-        q, k, v = (t.reshape(B, H, N, D) for t in (q, k, v))
-    width = D if scale_width is None else scale_width
+        q, k, v = (t.reshape(B, H, L, E) for t in (q, k, v))
+    width = E if scale_width is None else scale_width
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width), dim=-1)
     o = w @ v
-    merged = o.transpose(1, 2).reshape(B, N, E) if permute else o.reshape(B, N, E)
+    merged = o.transpose(1, 2).reshape(B, L, D) if permute else o.reshape(B, L, D)
     return merged @ w_o if project else merged
 
 
@@ -207,7 +207,7 @@ def _mha_no_permute(x, w_qkv, w_o, num_heads):
     return _mha(x, w_qkv, w_o, num_heads, permute=False)
 
 
-def _mha_scale_E(x, w_qkv, w_o, num_heads):
+def _mha_scale_D(x, w_qkv, w_o, num_heads):
     return _mha(x, w_qkv, w_o, num_heads, scale_width=x.shape[-1])
 
 
@@ -220,30 +220,30 @@ MULTI_HEAD_ATTENTION = Exercise(
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="04_multi_head",
     title="Multi-head self-attention",
-    signature="multi_head_attention(x (B, N, E), w_qkv (E, 3E), w_o (E, E), num_heads) "
-              "-> (B, N, E)",
+    signature="multi_head_attention(x (B, L, D), w_qkv (D, 3D), w_o (D, D), num_heads) "
+              "-> (B, L, D)",
     params=("x", "w_qkv", "w_o", "num_heads"),
     cases=_mha_cases,
     oracle=_mha_oracle,
     solution=multi_head_attention,
     hints=(
-        "One projection gives q, k and v at once: (x @ w_qkv).split(E, dim=-1). Then split "
-        "each into heads (B, H, N, D) with D = E // num_heads.",
-        "Each head does scaled dot-product attention on its own D features, scaled by 1/√D "
-        "(the head width, not E). Merge the heads back to (B, N, E) and apply w_o.",
-        "q, k, v = (t.reshape(B, N, H, D).transpose(1, 2) for t in (x @ w_qkv).split(E, -1)); "
-        "w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), -1); "
-        "return (w @ v).transpose(1, 2).reshape(B, N, E) @ w_o",
+        "One projection gives q, k and v at once: (x @ w_qkv).split(D, dim=-1). Then split "
+        "each into heads (B, H, L, E) with E = D // num_heads.",
+        "Each head does scaled dot-product attention on its own E features, scaled by 1/√E "
+        "(the head width, not D). Merge the heads back to (B, L, D) and apply w_o.",
+        "q, k, v = (t.reshape(B, L, H, E).transpose(1, 2) for t in (x @ w_qkv).split(D, -1)); "
+        "w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E), -1); "
+        "return (w @ v).transpose(1, 2).reshape(B, L, D) @ w_o",
     ),
     mistakes=(
         Mistake("missing_output_projection", "You forgot the output projection: after merging "
-                "the heads back to (B, N, E), multiply by w_o.", _mha_no_projection),
+                "the heads back to (B, L, D), multiply by w_o.", _mha_no_projection),
         Mistake("reshape_without_permute", "You split (and merged) the heads with a plain "
-                "reshape to (B, H, N, D): that mixes tokens between heads. Reshape to "
-                "(B, N, H, D) then transpose(1, 2); undo it the same way.", _mha_no_permute),
-        Mistake("scaled_by_E", "You scaled the scores by 1/√E (the full width). Each head works "
-                "on D = E / H features, so divide by √D.", _mha_scale_E),
-        Mistake("single_head", "You computed one big head over all E features: split q, k, v "
-                "into num_heads heads of width E // num_heads first.", _mha_one_head),
+                "reshape to (B, H, L, E): that mixes tokens between heads. Reshape to "
+                "(B, L, H, E) then transpose(1, 2); undo it the same way.", _mha_no_permute),
+        Mistake("scaled_by_D", "You scaled the scores by 1/√D (the full width). Each head works "
+                "on E = D / H features, so divide by √E.", _mha_scale_D),
+        Mistake("single_head", "You computed one big head over all D features: split q, k, v "
+                "into num_heads heads of width D // num_heads first.", _mha_one_head),
     ),
 )

@@ -17,7 +17,7 @@ from .helpers import TOY_HEADS, TOY_SENTENCE, toy_heads_layer
 
 @lru_cache(maxsize=1)
 def toy_weights() -> torch.Tensor:
-    """Attention weights ``(H, N, N)`` of :func:`.helpers.toy_heads_layer`."""
+    """Attention weights ``(H, L, L)`` of :func:`.helpers.toy_heads_layer`."""
     layer, x = toy_heads_layer()
     with torch.no_grad():
         _, w = layer(x, need_weights=True)

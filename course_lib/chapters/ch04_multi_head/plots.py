@@ -22,7 +22,7 @@ def _grid(ax: plt.Axes, offsets: np.ndarray, n_feat: int, head_dim: int, title: 
             tok, feat = divmod(int(offsets[r, c]), n_feat)
             ax.add_patch(Rectangle((c, r), 1, 1, facecolor=HEAD_COLOURS[feat // head_dim],
                                    edgecolor="white", lw=1.5))
-            ax.text(c + 0.5, r + 0.5, f"t{tok}\nf{feat}", ha="center", va="center", fontsize=7)
+            ax.text(c + 0.5, r + 0.5, f"t{tok}\nf{feat}", ha="center", va="center", fontsize=9)
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_aspect("equal")
@@ -30,29 +30,29 @@ def _grid(ax: plt.Axes, offsets: np.ndarray, n_feat: int, head_dim: int, title: 
     ax.set_yticks([])
     for s in ax.spines.values():
         s.set_visible(False)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=10)
 
 
 def plot_head_layout(fig: plt.Figure, tokens: int = 4, num_heads: int = 3,
                      head_dim: int = 2) -> dict[str, torch.Tensor]:
-    """Top: x ``(N, H·D)`` as stored (row-major). Middle: reshape + permute gives each head all
+    """Top: x ``(L, H·E)`` as stored (row-major). Middle: reshape + permute gives each head all
     tokens and its own features. Bottom: reshape alone gives each head a run of memory.
 
     Cells are labelled t<token> f<feature> and coloured by the head the feature belongs to.
-    Returns the offset tensors drawn: ``x (N, E)``, ``right (H, N, D)``, ``wrong (H, N, D)``.
+    Returns the offset tensors drawn: ``x (L, D)``, ``right (H, L, E)``, ``wrong (H, L, E)``.
     """
-    E = num_heads * head_dim
-    x = torch.arange(tokens * E).reshape(1, tokens, E)  # value = memory offset
+    D = num_heads * head_dim
+    x = torch.arange(tokens * D).reshape(1, tokens, D)  # value = memory offset
     right = x.reshape(1, tokens, num_heads, head_dim).permute(0, 2, 1, 3)[0]
     wrong = x.reshape(1, num_heads, tokens, head_dim)[0]
     gs = fig.add_gridspec(3, num_heads, height_ratios=[1, 1, 1], hspace=0.45)
     top = fig.add_subplot(gs[0, :])
-    _grid(top, x[0].numpy(), E, head_dim,
-          f"x: (N={tokens}, H·D={E}) in memory, read row by row")
+    _grid(top, x[0].numpy(), D, head_dim,
+          f"x: (L={tokens}, H·E={D}) in memory, read row by row")
     for h in range(num_heads):
-        _grid(fig.add_subplot(gs[1, h]), right[h].numpy(), E, head_dim,
+        _grid(fig.add_subplot(gs[1, h]), right[h].numpy(), D, head_dim,
               f"head {h}: reshape + permute ✓")
-        _grid(fig.add_subplot(gs[2, h]), wrong[h].numpy(), E, head_dim,
+        _grid(fig.add_subplot(gs[2, h]), wrong[h].numpy(), D, head_dim,
               f"head {h}: reshape only ✗")
     return {"x": x[0], "right": right, "wrong": wrong}
 
