@@ -6,10 +6,12 @@
 ``softmax`` holds the one safe softmax, ``multihead`` the multi-head layer built on any of them.
 """
 
-from . import flash, masks, multihead, reference, sdpa, softmax
+from . import flash, kv_cache, masks, multihead, reference, sdpa, softmax
+from .kv_cache import KVCache, decode_step, repeat_kv
 from .multihead import MultiHeadAttention, TransformerBlock, merge_heads, split_heads
 from .registry import IMPLEMENTATIONS, AttentionFn
 
-__all__ = ["IMPLEMENTATIONS", "AttentionFn", "MultiHeadAttention", "flash", "masks",
+__all__ = ["IMPLEMENTATIONS", "AttentionFn", "KVCache", "MultiHeadAttention", "decode_step",
+           "flash", "kv_cache", "masks", "repeat_kv",
            "merge_heads", "multihead", "reference", "sdpa", "softmax", "split_heads",
            "TransformerBlock"]
