@@ -46,8 +46,9 @@ def execute(path: Path, timeout: int) -> tuple[Path, float]:
         cell.metadata.pop("execution", None)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="course-lib-exec-") as progress_dir:
+        env = execution_env(progress_dir)  # read before clearing: it copies os.environ
         os.environ.clear()
-        os.environ.update(execution_env(progress_dir))
+        os.environ.update(env)
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 record_timing=False,
                                 resources={"metadata": {"path": str(path.parent)}})
