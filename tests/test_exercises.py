@@ -158,7 +158,7 @@ def test_every_chapter_exercise_module_is_discovered():
     modules = {f"course_lib.chapters.{p.parent.name}.exercises"
                for p in root.glob("*/exercises.py")}
     found = {e.solution.__module__ for e in registry().values()}
-    assert modules == found and len(modules) == 8
+    assert modules == found and len(modules) == 9
 
 
 def test_hint_displays_as_html_box():
