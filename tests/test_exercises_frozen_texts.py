@@ -37,6 +37,14 @@ PASS_MESSAGES = {
     "flash_attention": "All 6 cases passed: N not a multiple of the block; batched heads; "
                        "float64, block 7; large scores; block larger than N; "
                        "N=256, default block.",
+    "decode_step": "All 4 cases passed: one new token; a chunk of 3; float64, long cache; "
+                   "empty cache.",
+    "repeat_kv": "All 4 cases passed: 2 kv heads, 4 query heads each; float64, batched; "
+                 "MQA: 1 kv head; n_rep=1.",
+    "sliding_window_mask": "All 4 cases passed: n=6, window=3; n=5, window=1; n=8, window=4; "
+                           "n=4, window=10.",
+    "kv_cache_bytes": "All 4 cases passed: GQA, 8 kv heads, float16; MQA, float32; "
+                      "GQA, bfloat16; MHA, float64.",
 }
 
 

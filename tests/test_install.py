@@ -36,6 +36,8 @@ def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch)
                     "--no-build-isolation", "--no-cache-dir", "--target", str(site), str(source)],
                    check=True, cwd=tmp_path)
     assert (site / "course_lib" / "toolkit" / "bench" / "results" / "cpu-float32.json").is_file()
+    assert (site / "course_lib" / "chapters" / "ch10_inference" / "data" / "decode-cpu.json"
+            ).is_file()
 
     book = tmp_path / "book"
     book.mkdir()

@@ -16,6 +16,7 @@ import pytest
 from course_lib import exercises
 from course_lib.__main__ import main
 from course_lib.toolkit.checking import _progress
+from course_lib.toolkit.checking._registry import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -234,9 +235,8 @@ def test_progress_views(record_path, tmp_path, capsys, monkeypatch):
 
     assert main(["progress"]) == 0
     out = capsys.readouterr().out
-    assert "03_softmax" in out and "1/2" in out and "0/3" in out
-    from course_lib.toolkit.checking._registry import registry
-    assert f"1 of {len(registry())} exercises" in out
+    assert "03_softmax" in out and "1/2" in out and "0/3" in out \
+        and f"1 of {len(registry())} exercises" in out
 
     assert main(["progress", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["exercises"]

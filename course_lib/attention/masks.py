@@ -34,6 +34,24 @@ def causal_mask(L: int, S: int | None = None, device: torch.device | str | None 
     return torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=diagonal)
 
 
+def sliding_window_mask(L: int, S: int | None = None, window: int = 1,
+                        device: torch.device | str | None = None, *,
+                        align: str = "top_left") -> torch.Tensor:
+    """``(L, S)`` bool causal mask that also forgets: query ``i`` sees the last ``window`` keys
+    up to and including its own position, ``pos(i) - window < j <= pos(i)``.
+
+    ``pos(i) = i`` for ``align="top_left"`` and ``i + (S - L)`` for ``"bottom_right"`` (the
+    queries are the last ``L`` positions, as in a decoding step). ``window >= S`` gives
+    :func:`causal_mask`; ``window = 1`` lets every query see only itself.
+    """
+    S = L if S is None else S
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    causal = causal_mask(L, S, device=device, align=align)
+    diagonal = (0 if align == "top_left" else S - L) - window
+    return causal & ~torch.ones(L, S, dtype=torch.bool, device=device).tril(diagonal=diagonal)
+
+
 def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """``(B, 1, 1, S)`` bool from token ids ``(B, S)``: True for real tokens, False for padding.
 

@@ -1,0 +1,1 @@
+"""Chapter 10: see book/10_inference.ipynb."""

@@ -1,0 +1,285 @@
+"""Chapter 10 (inference): a cached decoding step, GQA's ``repeat_kv``, the sliding-window mask
+and the size of a KV cache."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.attention import reference
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+# --------------------------------------------------------------------------- decode_step
+
+
+def _decode_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    def case(name, B, H, P, L, E, note, dtype=torch.float32):
+        return Case(name, (r(B, H, L, E, dtype=dtype), r(B, H, L, E, dtype=dtype),
+                           r(B, H, L, E, dtype=dtype), r(B, H, P, E, dtype=dtype),
+                           r(B, H, P, E, dtype=dtype), r(32, E, dtype=dtype)), note=note)
+
+    return [
+        case("one new token", 1, 2, 5, 1, 4, "5 tokens cached, 1 new: it sees all 6 keys"),
+        case("a chunk of 3", 2, 2, 4, 3, 4, "4 cached, 3 new at positions 4, 5, 6"),
+        case("float64, long cache", 1, 3, 9, 2, 6, "9 cached, 2 new", torch.float64),
+        case("empty cache", 1, 1, 0, 4, 4, "the prompt (prefill): nothing cached yet"),
+    ]
+
+
+def _decode_oracle(q, k_new, v_new, k_cache, v_cache, pos):
+    from torch.nn.attention.bias import causal_lower_right
+    P, L = k_cache.shape[-2], q.shape[-2]
+    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    out = reference.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=causal_lower_right(L, k.shape[-2]))
+    return out.to(q.dtype), k, v
+
+
+def decode_step(q, k_new, v_new, k_cache, v_cache, pos):
+    """Add positions P..P+L-1 to the new q, k; attend over cache + new (bottom-right causal);
+    return (out, k_cache extended, v_cache extended)."""
+    P, L = k_cache.shape[-2], q.shape[-2]       # P tokens cached, L new ones
+    q = q + pos[P:P + L]                        # the new tokens sit at positions P .. P+L-1
+    k_new = k_new + pos[P:P + L]
+    k = torch.cat([k_cache, k_new], dim=-2)     # append first: a token sees itself
+    v = torch.cat([v_cache, v_new], dim=-2)
+    S = k.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    allowed = torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)  # bottom-right
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v, k, v
+
+
+def _attend(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ v
+
+
+def _ds_top_left(q, k_new, v_new, k_cache, v_cache, pos):
+    P, L = k_cache.shape[-2], q.shape[-2]
+    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    top_left = torch.ones(L, k.shape[-2], dtype=torch.bool).tril()
+    return _attend(q, k, v, top_left), k, v
+
+
+def _ds_before_append(q, k_new, v_new, k_cache, v_cache, pos):
+    P, L = k_cache.shape[-2], q.shape[-2]
+    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
+    out = _attend(q, k_cache, v_cache) if P else torch.zeros_like(q[..., :v_new.shape[-1]])
+    return out, torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+
+
+def _ds_no_offset(q, k_new, v_new, k_cache, v_cache, pos):
+    P, L = k_cache.shape[-2], q.shape[-2]
+    q, k_new = q + pos[:L], k_new + pos[:L]
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    mask = torch.ones(L, k.shape[-2], dtype=torch.bool).tril(diagonal=P)
+    return _attend(q, k, v, mask), k, v
+
+
+def _ds_no_mask(q, k_new, v_new, k_cache, v_cache, pos):
+    P, L = k_cache.shape[-2], q.shape[-2]
+    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    return _attend(q, k, v), k, v
+
+
+DECODE_STEP = Exercise(
+    id="decode_step",
+    chapter="10_inference",
+    title="One decoding step with a KV cache",
+    signature="decode_step(q, k_new, v_new (B, H, L, E), k_cache, v_cache (B, H, P, E), "
+              "pos (max_len, E)) -> (out (B, H, L, E), k_cache (B, H, P+L, E), v_cache)",
+    params=("q", "k_new", "v_new", "k_cache", "v_cache", "pos"),
+    cases=_decode_cases,
+    oracle=_decode_oracle,
+    solution=decode_step,
+    tolerances={torch.float32: (1e-5, 1e-4)},
+    output_names=("out", "k_cache", "v_cache"),
+    hints=(
+        "P tokens are cached, L are new. The new tokens are at positions P, ..., P+L-1: add "
+        "those rows of pos to q and k_new. Then append k_new, v_new to the caches.",
+        "The queries attend over all S = P + L keys. Query i is at position P + i, so it may "
+        "see keys j <= i + (S - L): a causal mask aligned bottom-right, tril(diagonal=S - L).",
+        "k = cat([k_cache, k_new + pos[P:P+L]], -2); scores = q_pos @ k.T / √E; mask with "
+        "torch.ones(L, S).tril(S - L); return softmax(scores) @ v, k, v",
+    ),
+    mistakes=(
+        Mistake("top_left_mask", "Your causal mask is aligned top-left (j <= i): the new "
+                "query i is at position P + i, not i, so it must see keys j <= i + (S - L). "
+                "Align the mask bottom-right: tril(diagonal=S - L) (for one new token it is "
+                "all True).", _ds_top_left),
+        Mistake("attend_before_append", "Your new queries attend to the cache *before* their "
+                "own keys and values are appended: a token must see itself. Concatenate "
+                "k_new, v_new to the caches first, then attend.", _ds_before_append),
+        Mistake("no_position_offset", "You added pos[0:L] to the new tokens, as if they "
+                "started the sequence. They sit after the P cached tokens: add pos[P:P+L] "
+                "(the position offset is the cache length).", _ds_no_offset),
+        Mistake("no_causal_mask", "Without a mask, a chunk of several new tokens lets the "
+                "earlier ones see the later ones. Mask with a bottom-right causal mask.",
+                _ds_no_mask),
+    ),
+)
+
+# --------------------------------------------------------------------------- repeat_kv
+
+
+def _repeat_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    return [
+        Case("2 kv heads, 4 query heads each", (r(1, 2, 3, 4), 4), note="8 query heads"),
+        Case("float64, batched", (r(2, 3, 5, 2, dtype=torch.float64), 2), note="6 query heads"),
+        Case("MQA: 1 kv head", (r(2, 1, 4, 3), 5), note="multi-query attention"),
+        Case("n_rep=1", (r(1, 4, 2, 3), 1), note="plain multi-head: nothing to repeat"),
+    ]
+
+
+def repeat_kv(x, n_rep):
+    """(B, Hkv, S, E) -> (B, Hkv*n_rep, S, E): head h of the result is kv head h // n_rep."""
+    B, Hkv, S, E = x.shape
+    x = x[:, :, None].expand(B, Hkv, n_rep, S, E)   # each kv head n_rep times, side by side
+    return x.reshape(B, Hkv * n_rep, S, E)
+
+
+REPEAT_KV = Exercise(
+    id="repeat_kv",
+    chapter="10_inference",
+    title="Share key/value heads (GQA)",
+    signature="repeat_kv(x (B, Hkv, S, E), n_rep) -> (B, Hkv·n_rep, S, E)",
+    params=("x", "n_rep"),
+    cases=_repeat_cases,
+    oracle=lambda x, n_rep: x.repeat_interleave(n_rep, dim=1),
+    solution=repeat_kv,
+    hints=(
+        "Query heads come in groups of n_rep consecutive heads; group g reads kv head g. So "
+        "query head h must find kv head h // n_rep at index h of the result.",
+        "Each kv head must appear n_rep times *in a row*: [k0, k0, k0, k1, k1, k1], not "
+        "[k0, k1, k0, k1, ...]. The head dim is dim 1 of (B, Hkv, S, E).",
+        "x[:, :, None].expand(B, Hkv, n_rep, S, E).reshape(B, Hkv * n_rep, S, E), or "
+        "x.repeat_interleave(n_rep, dim=1)",
+    ),
+    mistakes=(
+        Mistake("tiled", "Your heads are tiled [k0, k1, k0, k1, ...] (x.repeat): query head h "
+                "would read kv head h % Hkv. GQA groups consecutive query heads: repeat each "
+                "kv head n_rep times in a row (repeat_interleave).",
+                lambda x, n: x.repeat(1, n, 1, 1)),
+        Mistake("wrong_dim_seq", "You repeated along the sequence dim (-2): the result has "
+                "n_rep times more keys, not more heads. Repeat along dim 1, the heads.",
+                lambda x, n: x.repeat_interleave(n, dim=-2)),
+        Mistake("wrong_dim_batch", "You repeated along the batch dim (0). The heads are dim 1 "
+                "of (B, Hkv, S, E).", lambda x, n: x.repeat_interleave(n, dim=0)),
+    ),
+)
+
+# --------------------------------------------------------------------------- sliding window
+
+
+def _window_cases(gen: torch.Generator) -> list[Case]:
+    return [Case("n=6, window=3", (6, 3)), Case("n=5, window=1", (5, 1), note="itself only"),
+            Case("n=8, window=4", (8, 4)),
+            Case("n=4, window=10", (4, 10), note="window longer than the sequence: causal")]
+
+
+def _window_oracle(n: int, window: int) -> torch.Tensor:
+    from course_lib.attention.masks import sliding_window_mask
+    return sliding_window_mask(n, window=window)
+
+
+def sliding_window_mask(n, window):
+    """(n, n) bool: True where i - window < j <= i (the last `window` keys, itself included)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j <= i) & (j > i - window)
+
+
+def _sw(n, window, keep):
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return keep(i, j, window)
+
+
+SLIDING_WINDOW_MASK = Exercise(
+    id="sliding_window_mask",
+    chapter="10_inference",
+    title="The sliding-window mask",
+    signature="sliding_window_mask(n, window) -> bool (n, n), True where i - window < j <= i",
+    params=("n", "window"),
+    cases=_window_cases,
+    oracle=_window_oracle,
+    solution=sliding_window_mask,
+    hints=(
+        "Query i may see itself and the window - 1 keys before it: window keys in total, and "
+        "never a future key.",
+        "Two conditions combined with &: causal (j <= i) and recent (j > i - window). Build "
+        "i as a column and j as a row of aranges and let broadcasting make (n, n).",
+        "i = torch.arange(n)[:, None]; j = torch.arange(n)[None, :]; "
+        "return (j <= i) & (j > i - window)",
+    ),
+    mistakes=(
+        Mistake("off_by_one", "Each query sees window + 1 keys: the window counts the query's "
+                "own position, so keep j > i - window (not j >= i - window).",
+                lambda n, w: _sw(n, w, lambda i, j, w: (j <= i) & (j >= i - w))),
+        Mistake("not_causal", "Your window is symmetric (|i - j| < window): queries see "
+                "future keys. A decoder's window looks only back: also require j <= i.",
+                lambda n, w: _sw(n, w, lambda i, j, w: (i - j).abs() < w)),
+        Mistake("too_short", "Each query sees only window - 1 keys: the window includes the "
+                "query itself, so keep j > i - window (not j > i - window + 1).",
+                lambda n, w: _sw(n, w, lambda i, j, w: (j <= i) & (j > i - w + 1))),
+    ),
+)
+
+# --------------------------------------------------------------------------- cache bytes
+
+
+def _bytes_cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("GQA, 8 kv heads, float16", (4096, 32, 32, 8, 128, torch.float16)),
+        Case("MQA, float32", (100, 12, 16, 1, 64, torch.float32)),
+        Case("GQA, bfloat16", (7, 3, 6, 2, 5, torch.bfloat16)),
+        Case("MHA, float64", (1, 1, 4, 4, 3, torch.float64)),
+    ]
+
+
+def kv_cache_bytes(tokens, layers, heads, kv_heads, head_dim, dtype):
+    """Bytes to cache K and V of `tokens` tokens: 2 · layers · kv_heads · head_dim · bytes."""
+    bytes_per_element = torch.finfo(dtype).bits // 8
+    return 2 * layers * kv_heads * head_dim * bytes_per_element * tokens
+
+
+KV_CACHE_BYTES = Exercise(
+    id="kv_cache_bytes",
+    chapter="10_inference",
+    title="How big is the KV cache?",
+    signature="kv_cache_bytes(tokens, layers, heads, kv_heads, head_dim, dtype) -> int",
+    params=("tokens", "layers", "heads", "kv_heads", "head_dim", "dtype"),
+    cases=_bytes_cases,
+    oracle=lambda t, L, h, kv, d, dt: 2 * L * kv * d * dt.itemsize * t,
+    solution=kv_cache_bytes,
+    hints=(
+        "Every layer stores, for every token, one key and one value vector per key/value head.",
+        "Count elements: 2 (K and V) · layers · kv_heads · head_dim per token. Query heads "
+        "are never cached. Then multiply by the bytes of one element of dtype.",
+        "bytes_per_element = torch.finfo(dtype).bits // 8 (or dtype.itemsize); return "
+        "2 * layers * kv_heads * head_dim * bytes_per_element * tokens",
+    ),
+    mistakes=(
+        Mistake("no_factor_two", "Your count is half the right one: the cache holds keys *and* "
+                "values, a factor 2.",
+                lambda t, L, h, kv, d, dt: L * kv * d * dt.itemsize * t),
+        Mistake("query_heads", "You used the number of query heads. Only key/value heads are "
+                "cached: with GQA or MQA kv_heads is smaller than heads.",
+                lambda t, L, h, kv, d, dt: 2 * L * h * d * dt.itemsize * t),
+        Mistake("bits_not_bytes", "Your count is 8 times too large: you multiplied by the bits "
+                "of the dtype. One byte is 8 bits: use torch.finfo(dtype).bits // 8.",
+                lambda t, L, h, kv, d, dt: 2 * L * kv * d * torch.finfo(dt).bits * t),
+    ),
+)

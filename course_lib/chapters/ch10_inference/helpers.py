@@ -1,0 +1,291 @@
+"""Chapter 10 (inference): a tiny GPT decoded with and without a KV cache, cache sizes of
+published models, the receptive field of sliding-window attention, and paged KV storage."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import torch
+from torch import nn
+
+from course_lib.attention import IMPLEMENTATIONS, KVCache, TransformerBlock, decode_step
+from course_lib.attention.multihead import merge_heads, split_heads
+
+# --------------------------------------------------------------------------- a tiny GPT
+
+
+class TinyGPT(nn.Module):
+    """Token + learned absolute position embeddings, pre-norm :class:`TransformerBlock`s from the
+    course core, a final LayerNorm and an unembedding. Seeded random weights; nothing trained.
+
+    Two ways to run it: :meth:`forward` over a whole prefix (causal, every position recomputed)
+    and :meth:`step` for new tokens only, reading and extending one :class:`KVCache` per layer.
+    ``attend`` is any function with torch's SDPA signature (default: the course's ``sdpa``).
+    """
+
+    def __init__(self, vocab: int = 64, dim: int = 64, heads: int = 4, layers: int = 2,
+                 max_len: int = 1024, seed: int = 0) -> None:
+        super().__init__()
+        self.vocab, self.dim, self.heads, self.max_len = vocab, dim, heads, max_len
+        with torch.random.fork_rng(devices=[]):      # seeded, without touching the global RNG
+            torch.manual_seed(seed)
+            self.tok = nn.Embedding(vocab, dim)
+            self.pos = nn.Embedding(max_len, dim)
+            self.blocks = nn.ModuleList(TransformerBlock(dim, heads) for _ in range(layers))
+            self.ln_f = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
+        self.eval()
+
+    @property
+    def layers(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        positions = torch.arange(offset, offset + tokens.shape[1])
+        if positions[-1] >= self.max_len:
+            raise ValueError(f"position {int(positions[-1])} >= max_len={self.max_len}")
+        return self.tok(tokens) + self.pos(positions)
+
+    def _block(self, block: TransformerBlock, x: torch.Tensor, attend, cache: KVCache | None
+               ) -> torch.Tensor:
+        h = block.ln1(x)
+        q, k, v = (split_heads(t, self.heads) for t in block.attn.qkv(h).chunk(3, dim=-1))
+        if cache is None:
+            a = attend(q, k, v, is_causal=True)
+        else:
+            a = decode_step(q, k, v, cache, attend)
+        x = x + block.attn.out_proj(merge_heads(a))
+        return x + block.mlp(block.ln2(x))
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, attend=None) -> torch.Tensor:
+        """``tokens (B, N)`` → logits ``(B, N, vocab)``, every position computed (no cache)."""
+        attend = attend or IMPLEMENTATIONS["sdpa"]
+        x = self._embed(tokens, 0)
+        for block in self.blocks:
+            x = self._block(block, x, attend, None)
+        return self.head(self.ln_f(x))
+
+    def new_caches(self, window: int | None = None) -> list[KVCache]:
+        return [KVCache(window=window) for _ in self.blocks]
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, caches: list[KVCache], attend=None) -> torch.Tensor:
+        """Logits ``(B, L, vocab)`` of ``L`` new tokens; their positions start at the number of
+        tokens the caches have seen (the position offset); the caches grow by ``L``."""
+        attend = attend or IMPLEMENTATIONS["sdpa"]
+        x = self._embed(tokens, caches[0].seen)
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = self._block(block, x, attend, cache)
+        return self.head(self.ln_f(x))
+
+
+@dataclass
+class Generation:
+    tokens: torch.Tensor        # (B, n_new) generated ids
+    logits: torch.Tensor        # (B, n_new, vocab) the logits each token was chosen from
+    caches: list[KVCache] | None = None
+
+
+def generate_uncached(model: TinyGPT, prompt: torch.Tensor, n_new: int, attend=None
+                      ) -> Generation:
+    """Greedy decoding that re-runs the model over the whole prefix for every new token."""
+    seq, chosen = prompt, []
+    for _ in range(n_new):
+        logits = model(seq, attend)[:, -1]            # only the last row is used
+        chosen.append(logits)
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], dim=1)
+    return Generation(seq[:, prompt.shape[1]:], torch.stack(chosen, 1))
+
+
+def generate_cached(model: TinyGPT, prompt: torch.Tensor, n_new: int, attend=None,
+                    window: int | None = None) -> Generation:
+    """Greedy decoding with a KV cache: the prompt in one step (prefill), then one token per
+    step."""
+    caches = model.new_caches(window)
+    logits = model.step(prompt, caches, attend)[:, -1]
+    chosen, new = [], []
+    for i in range(n_new):
+        chosen.append(logits)
+        nxt = logits.argmax(-1, keepdim=True)
+        new.append(nxt)
+        if i + 1 < n_new:
+            logits = model.step(nxt, caches, attend)[:, -1]
+    return Generation(torch.cat(new, 1), torch.stack(chosen, 1), caches)
+
+
+def top2_margin(logits: torch.Tensor) -> float:
+    """Smallest gap between the best and second-best logit over all steps (a tie would make
+    greedy decoding fragile to rounding)."""
+    top = logits.topk(2, dim=-1).values
+    return float((top[..., 0] - top[..., 1]).min())
+
+
+class CountingAttention:
+    """Wraps an attention function and counts the query-key scores it computes (``L·S`` per
+    head and batch row, minus nothing: masked scores are computed too)."""
+
+    def __init__(self, fn=None) -> None:
+        self.fn = fn or IMPLEMENTATIONS["sdpa"]
+        self.scores = 0
+        self.calls = 0
+
+    def __call__(self, q, k, v, **kw):
+        self.scores += q.shape[-2] * k.shape[-2] * math.prod(q.shape[:-2])
+        self.calls += 1
+        return self.fn(q, k, v, **kw)
+
+
+def scores_per_step(prefix: int, cached: bool) -> int:
+    """Scores one layer-head computes to produce the token after a ``prefix`` of this length:
+    ``prefix²`` when everything is recomputed, ``prefix`` with a cache (one new query)."""
+    return prefix if cached else prefix * prefix
+
+
+def total_scores(prompt: int, n_new: int, cached: bool) -> int:
+    """Scores per layer-head for ``n_new`` greedy tokens after a ``prompt`` (the cached prefill
+    computes the prompt's ``prompt²`` once; the last token is never fed back)."""
+    if cached:
+        return prompt * prompt + sum(prompt + i for i in range(1, n_new))
+    return sum((prompt + i) ** 2 for i in range(n_new))
+
+
+# --------------------------------------------------------------------------- cache sizes
+
+#: Published attention configurations (see the chapter's references for each source).
+MODEL_CONFIGS: tuple[dict[str, Any], ...] = (
+    {"model": "Llama 2 7B", "kind": "MHA", "layers": 32, "heads": 32, "kv_heads": 32,
+     "head_dim": 128, "source": "touvron2023llama2"},
+    {"model": "Llama 3 8B", "kind": "GQA", "layers": 32, "heads": 32, "kv_heads": 8,
+     "head_dim": 128, "source": "grattafiori2024llama3"},
+    {"model": "Mistral 7B", "kind": "GQA + window 4096", "layers": 32, "heads": 32,
+     "kv_heads": 8, "head_dim": 128, "window": 4096, "source": "jiang2023mistral"},
+    {"model": "Falcon 7B", "kind": "MQA", "layers": 32, "heads": 71, "kv_heads": 1,
+     "head_dim": 64, "source": "almazrouei2023falcon"},
+)
+
+
+def bytes_per_token(cfg: dict[str, Any], bytes_per_element: int = 2) -> int:
+    """``2 · layers · kv_heads · head_dim · bytes``: one token's keys and values, all layers."""
+    return 2 * cfg["layers"] * cfg["kv_heads"] * cfg["head_dim"] * bytes_per_element
+
+
+def cache_rows(tokens: int = 8192, bytes_per_element: int = 2) -> list[dict[str, Any]]:
+    """One row per :data:`MODEL_CONFIGS` entry: per-token bytes and the cache for ``tokens``
+    (a rolling window caps the tokens kept)."""
+    rows = []
+    for cfg in MODEL_CONFIGS:
+        per = bytes_per_token(cfg, bytes_per_element)
+        kept = min(tokens, cfg.get("window", tokens))
+        rows.append({"model": cfg["model"], "attention": cfg["kind"],
+                     "layers": cfg["layers"], "heads": cfg["heads"],
+                     "kv_heads": cfg["kv_heads"], "head_dim": cfg["head_dim"],
+                     "KiB/token": per / 1024, f"GiB at {tokens} tokens": per * kept / 2**30})
+    return rows
+
+
+# --------------------------------------------------------------------------- sliding windows
+
+
+def receptive_field(n: int, window: int, layers: int) -> torch.Tensor:
+    """``(n, n)`` bool: True where position ``j`` can influence position ``i`` after ``layers``
+    sliding-window attention layers (the residual stream keeps each position's own past)."""
+    from course_lib.attention.masks import sliding_window_mask
+    step = sliding_window_mask(n, window=window).to(torch.int64)
+    reach = torch.eye(n, dtype=torch.int64)
+    for _ in range(layers):
+        reach = ((step @ reach) > 0).to(torch.int64)
+    return reach.bool()
+
+
+def farthest_reach(n: int, window: int, layers: int) -> int:
+    """How many positions back the last token can see after ``layers`` layers (measured)."""
+    row = receptive_field(n, window, layers)[-1]
+    return n - 1 - int(row.nonzero().min())
+
+
+# --------------------------------------------------------------------------- paged storage
+
+
+class PagedKVPool:
+    """A sketch of paged KV storage: one pool of fixed-size blocks shared by all sequences,
+    and a block table per sequence mapping its logical block ``b`` to a physical block.
+
+    Keys and values of token ``t`` of a sequence live in physical block
+    ``table[t // block_size]`` at offset ``t % block_size``. A block is taken from the free list
+    only when a sequence's last block is full, so a sequence wastes less than one block.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, heads: int, head_dim: int) -> None:
+        self.block_size = block_size
+        self.k = torch.zeros(num_blocks, heads, block_size, head_dim)
+        self.v = torch.zeros(num_blocks, heads, block_size, head_dim)
+        self.free = list(range(num_blocks))
+        self.tables: dict[int, list[int]] = {}
+        self.lengths: dict[int, int] = {}
+
+    def append(self, seq: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """One token's ``k, v (heads, head_dim)`` for sequence ``seq``."""
+        table = self.tables.setdefault(seq, [])
+        n = self.lengths.get(seq, 0)
+        if n % self.block_size == 0:
+            if not self.free:
+                raise MemoryError("the KV pool is out of blocks")
+            table.append(self.free.pop(0))
+        block, offset = table[n // self.block_size], n % self.block_size
+        self.k[block, :, offset] = k
+        self.v[block, :, offset] = v
+        self.lengths[seq] = n + 1
+
+    def gather(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequence's keys and values ``(heads, n, head_dim)`` in order, from its blocks."""
+        n, table = self.lengths[seq], self.tables[seq]
+        k = self.k[table].permute(1, 0, 2, 3).reshape(self.k.shape[1], -1, self.k.shape[-1])
+        v = self.v[table].permute(1, 0, 2, 3).reshape(self.v.shape[1], -1, self.v.shape[-1])
+        return k[:, :n], v[:, :n]
+
+
+def allocation_rows(lengths: list[int], max_len: int, block_size: int) -> list[dict[str, Any]]:
+    """Token slots reserved vs used for sequences of these lengths: contiguous (``max_len``
+    reserved per sequence, as a server must without knowing the final length) vs paged."""
+    used = sum(lengths)
+    contiguous = max_len * len(lengths)
+    paged = sum(math.ceil(n / block_size) * block_size for n in lengths)
+    return [
+        {"allocation": "contiguous, max_len each", "slots reserved": contiguous,
+         "slots used": used, "wasted": contiguous - used,
+         "wasted %": 100 * (contiguous - used) / contiguous},
+        {"allocation": f"paged, blocks of {block_size}", "slots reserved": paged,
+         "slots used": used, "wasted": paged - used, "wasted %": 100 * (paged - used) / paged},
+    ]
+
+
+# --------------------------------------------------------------------------- benchmark results
+
+RESULTS = "decode-cpu.json"
+
+
+def load_decode_results(name: str = RESULTS) -> dict[str, Any]:
+    """The committed benchmark results (``python -m course_lib.chapters.ch10_inference.bench``)."""
+    text = resources.files("course_lib.chapters.ch10_inference").joinpath("data", name)
+    return json.loads(text.read_text(encoding="utf-8"))
+
+
+def results_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table rows: generated tokens, tokens/s without and with the cache, speed-up, cache KiB."""
+    rows = []
+    for r in data["results"]:
+        rows.append({"generated tokens": r["n_new"],
+                     "tokens/s, no cache": r["tokens_per_s_uncached"],
+                     "tokens/s, KV cache": r["tokens_per_s_cached"],
+                     "speed-up": r["tokens_per_s_cached"] / r["tokens_per_s_uncached"],
+                     "cache KiB": r["cache_bytes"] / 1024})
+    return rows

@@ -1,0 +1,101 @@
+"""Figures of the inference chapter: work per decoding step, measured tokens/s, cache sizes,
+sliding-window reach and a paged KV pool."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import ListedColormap
+
+from course_lib.attention.masks import sliding_window_mask
+
+from . import helpers
+
+UNCACHED = "#d95f02"
+CACHED = "#1b9e77"
+PALE = "#eeeeee"
+
+
+def plot_scores_per_step(ax: plt.Axes, prompt: int, n_new: int) -> None:
+    """Scores computed (per layer and head) for each new token, recomputing vs cached."""
+    steps = np.arange(1, n_new + 1)
+    prefix = prompt + steps - 1
+    ax.plot(steps, [helpers.scores_per_step(int(p), False) for p in prefix], color=UNCACHED,
+            label="recompute everything: prefix²")
+    ax.plot(steps, [helpers.scores_per_step(int(p), True) for p in prefix], color=CACHED,
+            label="KV cache: prefix")
+    ax.set_yscale("log")
+    ax.set_xlabel("generated token")
+    ax.set_ylabel("scores computed for it")
+    ax.legend(frameon=False)
+
+
+def plot_tokens_per_s(ax: plt.Axes, data: dict[str, Any]) -> None:
+    """Measured tokens/s vs generated length, without and with the cache (committed data)."""
+    rows = data["results"]
+    n = [r["n_new"] for r in rows]
+    ax.plot(n, [r["tokens_per_s_uncached"] for r in rows], "o-", color=UNCACHED,
+            label="no cache (recompute prefix)")
+    ax.plot(n, [r["tokens_per_s_cached"] for r in rows], "o-", color=CACHED, label="KV cache")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(n, labels=[str(x) for x in n])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("tokens generated (after an 8-token prompt)")
+    ax.set_ylabel("tokens / s (CPU, 1 thread)")
+    ax.legend(frameon=False)
+
+
+def plot_cache_sizes(ax: plt.Axes, rows: Sequence[dict[str, Any]]) -> None:
+    """KiB of cache per token for each published configuration (float16)."""
+    names = [f"{r['model']} ({r['attention']})" for r in rows]
+    values = [r["KiB/token"] for r in rows]
+    bars = ax.barh(names[::-1], values[::-1], color=CACHED)
+    for bar, v in zip(bars, values[::-1], strict=True):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:g} KiB",
+                va="center", fontsize=9)
+    ax.set_xlabel("KV cache per token, float16 (KiB)")
+    ax.set_xlim(0, max(values) * 1.25)
+
+
+def plot_window_reach(fig: plt.Figure, n: int, window: int, layers: int) -> None:
+    """Left: the sliding-window mask; right: which positions reach the last token after
+    1..``layers`` layers."""
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
+    m = sliding_window_mask(n, window=window).numpy()
+    ax1.imshow(m, cmap=ListedColormap([PALE, CACHED]), vmin=0, vmax=1)
+    ax1.set_title(f"sliding window, W={window}", fontsize=10)
+    ax1.set_xlabel("key")
+    ax1.set_ylabel("query")
+    reach = np.stack([helpers.receptive_field(n, window, k)[-1].numpy()
+                      for k in range(1, layers + 1)])
+    ax2.imshow(reach, cmap=ListedColormap([PALE, UNCACHED]), vmin=0, vmax=1, aspect="auto")
+    ax2.set_yticks(range(layers), labels=[f"{k} layer{'s' if k > 1 else ''}"
+                                          for k in range(1, layers + 1)])
+    ax2.set_xlabel("position that can influence the last token")
+    ax2.set_title(f"reach of token {n - 1}", fontsize=10)
+
+
+def plot_paged_pool(ax: plt.Axes, pool: helpers.PagedKVPool) -> None:
+    """Physical blocks of the pool, coloured by the sequence that owns them, with fill."""
+    owner = {b: s for s, table in pool.tables.items() for b in table}
+    colors = plt.get_cmap("Set2")
+    nblocks = pool.k.shape[0]
+    for b in range(nblocks):
+        seq = owner.get(b)
+        if seq is None:
+            ax.add_patch(plt.Rectangle((b, 0), 0.95, 1, color=PALE))
+            continue
+        table = pool.tables[seq]
+        logical = table.index(b)
+        filled = min(pool.block_size, pool.lengths[seq] - logical * pool.block_size)
+        ax.add_patch(plt.Rectangle((b, 0), 0.95, 1, color=colors(seq), alpha=0.35))
+        ax.add_patch(plt.Rectangle((b, 0), 0.95, filled / pool.block_size, color=colors(seq)))
+        ax.text(b + 0.47, 1.08, f"s{seq}:{logical}", ha="center", fontsize=8)
+    ax.set_xlim(0, nblocks)
+    ax.set_ylim(0, 1.25)
+    ax.set_yticks([])
+    ax.set_xticks(np.arange(nblocks) + 0.47, labels=[str(b) for b in range(nblocks)])
+    ax.set_xlabel("physical block (label: sequence:logical block; height: slots filled)")
