@@ -130,3 +130,14 @@ def test_attention_mass() -> None:
     row = torch.tensor([0.1, 0.2, 0.3, 0.4])
     keys = torch.tensor([False, True, False, True])
     assert torch.isclose(probes.attention_mass(row, keys), torch.tensor(0.6))
+
+
+def test_configs_choose_the_positional_encoding() -> None:
+    from course_lib.chapters.ch11_capstone import train as capstone_train
+    from course_lib.chapters.ch11_capstone.model import sinusoidal_positions
+    cfg = capstone_train.InductionConfig(positional="sinusoidal")
+    model = capstone_train.induction_model(cfg)
+    assert model.positional == "sinusoidal" and not isinstance(model.pos, torch.nn.Parameter)
+    assert torch.equal(model.pos, sinusoidal_positions(cfg.seq_len, cfg.d_model))
+    assert capstone_train.NegationConfig().positional == "learned"
+    assert isinstance(capstone_train.induction_model().pos, torch.nn.Parameter)

@@ -184,3 +184,36 @@ def test_cliff_summary_and_matmul_fractions():
         {"impl": "torch", "n": 16, "causal": False, "frac_matmul": 0.8},
         {"impl": "reference", "n": 8, "causal": True, "frac_matmul": 0.2}]}}
     assert cx.matmul_fractions(bench) == {8: {"reference": 0.1, "torch": 0.7}}
+
+
+def test_beyond_full_counts_match_masks_and_flop_counter():
+    from course_lib.chapters.ch07_complexity import helpers as cx
+    for n, w in [(1, 1), (5, 9), (10, 3), (64, 16), (33, 33)]:
+        assert int(cx.sliding_window_mask(n, w).sum()) == cx.sliding_window_pairs(n, w)
+        assert int(cx.strided_mask(n, w).sum()) == cx.strided_pairs(n, w)
+    assert cx.sliding_window_pairs(100, 100) == 100 * 101 // 2     # window >= n: causal
+    q, k, v = torch.randn(3, 2, 3, 20, 8).unbind(0)
+    assert cx.count_flops(cx.linear_attention, q, k, v) == 2 * 3 * 4 * 20 * 8 * 8
+    rows = cx.beyond_full_rows([1024], d_model=256, num_heads=4, window=128)
+    assert [r["method"].split()[0] for r in rows] == ["full", "sliding", "strided,", "linear"]
+    assert rows[0]["core FLOPs"] == 4 * (1024 * 1025 // 2) * 256
+    assert rows[-1]["pairs per head"] is None and rows[-1]["core FLOPs"] == 4 * 1024 * 256 * 64
+
+
+def test_linear_attention_is_a_weighted_average():
+    from course_lib.chapters.ch07_complexity import helpers as cx
+    q, k = torch.randn(2, 1, 1, 6, 4, dtype=torch.float64).unbind(0)
+    v = torch.ones(1, 1, 6, 3, dtype=torch.float64)
+    torch.testing.assert_close(cx.linear_attention(q, k, v), torch.ones(1, 1, 6, 3,
+                                                                         dtype=torch.float64))
+
+
+def test_cliff_table_marks_measured_numbers():
+    from course_lib.chapters.ch07_complexity import helpers as cx
+    recs = [{"impl": i, "n": n, "peak_bytes": 2**20 * n, "gflops_per_s": 10.0, "flops": 10**9,
+             "user_seconds": 0.1, "system_seconds": 0.05, "seconds": 0.15}
+            for i in ("reference", "sdpa") for n in (256, 4096)]
+    rows = cx.cliff_table(recs, {"L2": 2**20, "L3": 2**30})
+    assert [r["fits in"] for r in rows] == ["L3", "DRAM"]
+    assert all(v.startswith("≃") for r in rows for key, v in r.items()
+               if key not in ("n", "fits in"))

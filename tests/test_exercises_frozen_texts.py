@@ -32,6 +32,8 @@ PASS_MESSAGES = {
     "attention_flops": "All 4 cases passed: n=8, d=64; n=1024, d=64; n=7, d=3; n=1, d=1.",
     "attention_memory": "All 4 cases passed: n=1024, defaults; n=512, 8 heads; "
                         "n=100, 12 heads, 2 bytes; n=7, 3 heads, 8 bytes.",
+    "layer_flops": "All 4 cases passed: n=1000, d_model=512; n=8, d_model=64; n=3, d_model=5; "
+                   "n=4096, d_model=768.",
     "online_softmax_stats": "All 6 cases passed: rising maxima; max in the first block; "
                             "one block; float64, many blocks; large magnitudes; -inf entries.",
     "flash_attention": "All 6 cases passed: N not a multiple of the block; batched heads; "

@@ -129,3 +129,24 @@ def test_chapter_tables_and_growth():
     text = flash_tools.online_softmax_table(blocks)
     assert "| 2 | 5.0000 | 5.0000 |" in text
     assert flash_tools.growth_per_doubling({1: 1.0, 4: 16.0}, 1, 4) == pytest.approx(4.0)
+
+
+def test_causal_tile_counts():
+    from course_lib.chapters.ch08_flash import helpers as ft
+    assert ft.causal_tile_counts(1024, 1024, 512) == {"total": 2, "skipped": 0, "diagonal": 2,
+                                                      "computed": 2}
+    c = ft.causal_tile_counts(2048, 512, 512)
+    assert (c["total"], c["skipped"], c["computed"], c["diagonal"]) == (16, 6, 10, 4)
+    c = ft.causal_tile_counts(1000, 300, 128)                  # ragged edges
+    assert c["computed"] + c["skipped"] == c["total"]
+
+
+def test_round_times_reads_committed_run():
+    from course_lib import bench
+    from course_lib.chapters.ch08_flash import helpers as ft
+    data = bench.load_results(bench.RESULTS_DIR / "cpu-float32.json")
+    times = ft.round_times(data, "flash", 256)
+    assert len(times) == data["meta"]["rounds"]
+    row = next(r for r in data["results"]
+               if r["impl"] == "flash" and r["n"] == 256 and not r["causal"])
+    assert abs(sorted(times)[len(times) // 2] - row["median_s"] * 1e3) < 1e-3  # µs rounding

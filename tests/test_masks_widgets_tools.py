@@ -81,6 +81,10 @@ def test_fill_value_rows_facts():
     assert rows[("float32", "-inf")]["dead row"] == "NaN"
     assert rows[("bfloat16", "-1e+09")]["stored"] == torch.tensor(-1e9, dtype=torch.bfloat16).item()
     assert all(r["masked weight (live row)"] == 0 for r in rows.values())
+    # masked_fill refuses -1e9 on float16 scores (it does not convert it to -inf)
+    assert rows[("float16", "-1e+09")]["masked_fill(fill)"].startswith("RuntimeError")
+    assert rows[("bfloat16", "-1e+09")]["masked_fill(fill)"] == "ok"
+    assert all(rows[(d, "-inf")]["masked_fill(fill)"] == "ok" for d in ("float16", "float32"))
 
 
 def test_dead_row_verdict_and_table():

@@ -121,13 +121,26 @@ def dead_row_verdict(weights: torch.Tensor) -> str:
     return "other"
 
 
+def masked_fill_outcome(fill: str | float, dtype: torch.dtype) -> str:
+    """What ``scores.masked_fill(mask, fill)`` does on ``dtype`` scores with the fill as written
+    (a Python number, not converted first): ``"ok"``, or the error's type and first line."""
+    value = {"-inf": float("-inf"), "finfo_min": torch.finfo(dtype).min}.get(fill, fill)
+    try:
+        torch.zeros(2, dtype=dtype).masked_fill(torch.tensor([True, False]), float(value))
+    except (RuntimeError, OverflowError) as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return "ok"
+
+
 def fill_value_rows(dtypes: Sequence[torch.dtype] = (torch.float32, torch.float16, torch.bfloat16),
                     fills: Sequence[str | float] = ("-inf", "finfo_min", -1e9),
                     score: float = -20.0, n_keys: int = 4) -> list[dict[str, Any]]:
-    """For each dtype and fill: the stored fill, ``score + fill``, ``fill + fill`` (two masks
-    added), the weight a masked key gets in a live row, and the weights of a dead row.
+    """For each dtype and fill: whether ``masked_fill`` accepts the fill as written, the fill as a
+    tensor of that dtype (``torch.tensor(fill, dtype=dtype)``, what a float32 additive mask holds
+    after ``.to(dtype)``), ``score + fill``, ``fill + fill`` (two masks added), the weight a
+    masked key gets in a live row, and the weights of a dead row.
 
-    Everything is computed in ``dtype`` with the textbook ``masked_fill`` + ``softmax``.
+    The last four columns use the converted fill, in ``dtype``, with ``masked_fill`` + ``softmax``.
     """
     rows = []
     scores = torch.linspace(-1.0, 2.0, n_keys)
@@ -140,6 +153,7 @@ def fill_value_rows(dtypes: Sequence[torch.dtype] = (torch.float32, torch.float1
             rows.append({
                 "dtype": str(dtype).replace("torch.", ""),
                 "fill": fill if isinstance(fill, str) else f"{fill:g}",
+                "masked_fill(fill)": masked_fill_outcome(fill, dtype),
                 "stored": f,
                 "score + fill": (torch.tensor(score, dtype=dtype) + ft).item(),
                 "fill + fill": (ft + ft).item(),

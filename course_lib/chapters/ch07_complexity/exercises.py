@@ -90,3 +90,60 @@ ATTENTION_MEMORY = Exercise(
                 "entries.", lambda n, heads=1, b=4: heads * n * b),
     ),
 )
+
+# --------------------------------------------------------------------------- one whole layer
+
+
+def _layer_cases(gen) -> list[Case]:
+    return [Case("n=1000, d_model=512", (1000, 512)), Case("n=8, d_model=64", (8, 64)),
+            Case("n=3, d_model=5", (3, 5)), Case("n=4096, d_model=768", (4096, 768))]
+
+
+def layer_flops(n: int, d_model: int) -> int:
+    """FLOPs of one self-attention layer on n tokens of model width D (any number of heads):
+    the Q, K, V projections, QKᵀ, weights·V and the output projection W_O."""
+    qkv = 3 * 2 * n * d_model * d_model     # X @ W_Q, X @ W_K, X @ W_V: (n, D) @ (D, D) each
+    scores = 2 * n * n * d_model            # Q Kᵀ, all heads together: H · 2·n·n·E
+    mix = 2 * n * n * d_model               # weights @ V, all heads together
+    out = 2 * n * d_model * d_model         # concatenated heads @ W_O
+    return qkv + scores + mix + out
+
+
+def _layer(n: int, d: int) -> int:
+    return 8 * n * d * d + 4 * n * n * d
+
+
+LAYER_FLOPS = Exercise(
+    id="layer_flops",
+    chapter="07_complexity",
+    title="Count the FLOPs of a whole attention layer",
+    signature="layer_flops(n, d_model) -> int",
+    params=("n", "d_model"),
+    cases=_layer_cases,
+    oracle=_layer,
+    solution=layer_flops,
+    hints=(
+        "Four matrix products by weights (W_Q, W_K, W_V on the input, W_O on the concatenated "
+        "heads) and two products between tokens (QKᵀ and weights·V). Heads split the width D "
+        "into H pieces of E = D/H, so the heads together cost what one head of width D would.",
+        "A product (a, b) @ (b, c) costs 2·a·b·c FLOPs. Each projection is (n, D) @ (D, D); "
+        "QKᵀ over all heads is H · (n, E) @ (E, n).",
+        "return 4 * 2 * n * d_model**2 + 2 * 2 * n * n * d_model",
+    ),
+    mistakes=(
+        Mistake("forgot_w_o", "You left out the output projection W_O: the concatenated heads "
+                "are multiplied by a (D, D) matrix, one more 2·n·D² FLOPs.",
+                lambda n, d: _layer(n, d) - 2 * n * d * d),
+        Mistake("multiply_add_as_one", "Your count is exactly half the right one: a "
+                "multiply-add is 2 FLOPs (one multiplication, one addition).",
+                lambda n, d: _layer(n, d) // 2),
+        Mistake("forgot_pv", "You left out the product of the weights with V: after the "
+                "softmax, (n, n) @ (n, E) per head, 2·n²·D FLOPs for all heads.",
+                lambda n, d: _layer(n, d) - 2 * n * n * d),
+        Mistake("core_only", "You counted only QKᵀ and weights·V; the layer also has the four "
+                "projections W_Q, W_K, W_V and W_O.", lambda n, d: 4 * n * n * d),
+        Mistake("projections_only", "You counted only the four projections; the layer also "
+                "compares every token with every other (QKᵀ) and mixes the values "
+                "(weights·V).", lambda n, d: 8 * n * d * d),
+    ),
+)

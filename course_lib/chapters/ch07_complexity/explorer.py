@@ -35,7 +35,7 @@ def draw_cost(fig: plt.Figure, n: int = 1024, d: int = 512) -> dict[str, int]:
     ax1.invert_yaxis()
     ax1.set_xlabel("GFLOP (batch 1)")
     mem = cx.score_matrix_bytes(n, heads=HEADS)
-    ax1.set_title(f"n={n}, d={d}: {total / 1e9:.3g} GFLOP; "
+    ax1.set_title(f"n={n}, D={d}: {total / 1e9:.3g} GFLOP; "
                   f"scores {cx.format_bytes(mem)} fp32", fontsize=9)
     grid = np.array(NS, dtype=float)
     share = 4 * grid**2 * d / (4 * grid**2 * d + 8 * grid * d**2)
@@ -47,16 +47,16 @@ def draw_cost(fig: plt.Figure, n: int = 1024, d: int = 512) -> dict[str, int]:
     ax2.set_ylim(0, 100)
     ax2.set_xlabel("sequence length n (tokens)")
     ax2.set_ylabel("attention core share (%)")
-    ax2.set_title(f"crossover n = 2d = {cx.crossover_n(d)}", fontsize=9)
+    ax2.set_title(f"crossover n = 2D = {cx.crossover_n(d)}", fontsize=9)
     fig.tight_layout()
     return parts
 
 
 def cost_explorer() -> Explorer:
-    """Sliders for n and d; the book's player sweeps n at d = 512 (9 frames)."""
+    """Sliders for n and the model width D (keyword ``d``); the player sweeps n at D = 512."""
     return Explorer(
         draw=draw_cost,
-        controls={"n": Control("n", NS, default=1024), "d": Control("d", DS, default=512)},
+        controls={"n": Control("n", NS, default=1024), "d": Control("D", DS, default=512)},
         animate="n",
         figsize=(8.5, 3.2),
     )

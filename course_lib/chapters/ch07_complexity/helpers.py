@@ -261,3 +261,77 @@ def matmul_fractions(bench: dict[str, Any], impls: Sequence[str] = ("reference",
         if not r["causal"] and "frac_matmul" in r and r["impl"] in impls:
             frac.setdefault(r["n"], {})[r["impl"]] = r["frac_matmul"]
     return {n: f for n, f in sorted(frac.items()) if len(f) == len(impls)}
+
+
+def cliff_table(records: list[dict[str, Any]], caches: dict[str, int]) -> list[dict[str, str]]:
+    """:func:`cliff_rows` formatted for the page; every measured number carries a leading ``≃``."""
+    return [{"n": r["n"], "naive working set": f"≃{r['working set'] / 2**20:.3g} MiB",
+             "fits in": r["fits in"], "naive GFLOP/s": f"≃{r['naive']:.3g}",
+             "naive, user time only": f"≃{r['naive user-only']:.3g}",
+             "naive time in OS": f"≃{100 * r['kernel share']:.0f}%",
+             "torch kernel GFLOP/s": f"≃{r['fused']:.3g}"}
+            for r in cliff_rows(records, caches)]
+
+
+# ----------------------------------------------------------------------------- beyond full
+
+
+def sliding_window_pairs(n: int, window: int) -> int:
+    """(query, key) pairs of causal sliding-window attention: query ``i`` sees keys
+    ``i - window + 1 .. i``, that is ``min(i + 1, window)`` of them."""
+    w = min(window, n)
+    return w * n - w * (w - 1) // 2
+
+
+def strided_pairs(n: int, stride: int) -> int:
+    """(query, key) pairs of causal strided sparse attention (Child et al.): query ``i`` sees
+    the last ``stride`` keys and every ``stride``-th key before them, ``min(i + 1, stride) +
+    floor(i / stride)`` keys."""
+    return sum(min(i + 1, stride) + i // stride for i in range(n))
+
+
+def sliding_window_mask(n: int, window: int) -> torch.Tensor:
+    """``(n, n)`` bool, True where ``0 <= i - j < window``."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j <= i) & (i - j < window)
+
+
+def strided_mask(n: int, stride: int) -> torch.Tensor:
+    """``(n, n)`` bool, True where ``j <= i`` and (``i - j < stride`` or ``stride`` divides
+    ``i - j``)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j <= i) & (((i - j) < stride) | ((i - j) % stride == 0))
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Non-causal linear attention (Katharopoulos et al.): feature map ``elu(x) + 1`` on queries
+    and keys, then ``φ(Q) (φ(K)ᵀ V)`` normalised by ``φ(Q) Σ_j φ(k_j)``. Never forms an
+    ``(n, n)`` tensor: its matmuls cost ``4·n·E·Ev`` FLOPs per head."""
+    fq = torch.nn.functional.elu(q) + 1
+    fk = torch.nn.functional.elu(k) + 1
+    kv = fk.transpose(-2, -1) @ v                                # (..., E, Ev) per head
+    z = (fq * fk.sum(dim=-2, keepdim=True)).sum(dim=-1, keepdim=True)
+    return (fq @ kv) / z
+
+
+def beyond_full_rows(ns: Sequence[int], d_model: int, num_heads: int, window: int
+                     ) -> list[dict[str, Any]]:
+    """Per n and method: query-key pairs per head, core FLOPs (``4·pairs·D`` for a kernel that
+    computes only the allowed pairs; ``4·n·D·E`` for linear attention) and what one layer holds
+    per sequence in fp32 instead of the scores (``H·pairs`` numbers, or an ``E × E`` state per
+    head). Strided attention uses the stride ``round(sqrt(n))``."""
+    E = d_model // num_heads
+    rows = []
+    for n in ns:
+        stride = round(math.sqrt(n))
+        for method, pairs in [("full (causal)", n * (n + 1) // 2),
+                              (f"sliding window w={window}", sliding_window_pairs(n, window)),
+                              (f"strided, stride {stride}", strided_pairs(n, stride)),
+                              ("linear (feature map)", None)]:
+            flops = 4 * n * d_model * E if pairs is None else 4 * pairs * d_model
+            held = num_heads * E * E * 4 if pairs is None else num_heads * pairs * 4
+            rows.append({"n": n, "method": method, "pairs per head": pairs,
+                         "core FLOPs": flops, "held per layer (bytes)": held})
+    return rows

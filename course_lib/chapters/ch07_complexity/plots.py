@@ -15,21 +15,21 @@ COLOURS = {"reference": "#d95f02", "flash": "#1b9e77", "sdpa": "#7570b3",
 
 
 def plot_flops_vs_n(ax: plt.Axes, ns: Sequence[int], d_model: int) -> int:
-    """Log-log FLOPs of the attention core (4n²d) and the projections (8nd²) for width ``d_model``;
-    marks the crossover n = 2d. Returns the crossover."""
+    """Log-log FLOPs of the attention core (4n²D) and the projections (8nD²) for model width
+    ``d_model`` (D); marks the crossover n = 2D. Returns the crossover."""
     n = np.asarray(ns, dtype=float)
     core = 4 * n**2 * d_model
     proj = 8 * n * d_model**2
-    ax.loglog(n, core, color=COLOURS["core"], lw=2, label="attention core 4n²d")
-    ax.loglog(n, proj, color=COLOURS["projections"], lw=2, label="projections 8nd²")
+    ax.loglog(n, core, color=COLOURS["core"], lw=2, label="attention core 4n²D")
+    ax.loglog(n, proj, color=COLOURS["projections"], lw=2, label="projections 8nD²")
     ax.loglog(n, core + proj, color=COLOURS["total"], lw=1, ls="--", label="layer total")
     n_star = cx.crossover_n(d_model)
     ax.axvline(n_star, color="gray", ls=":", lw=1)
-    ax.annotate(f"n = 2d = {n_star}", (n_star, 8 * n_star * d_model**2), xytext=(8, -18),
+    ax.annotate(f"n = 2D = {n_star}", (n_star, 8 * n_star * d_model**2), xytext=(8, -18),
                 textcoords="offset points", fontsize=9)
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("FLOPs per layer (batch 1)")
-    ax.set_title(f"who dominates? d = {d_model}")
+    ax.set_title(f"who dominates? D = {d_model}")
     ax.legend(fontsize=8, loc="upper left")
     return n_star
 
@@ -67,7 +67,7 @@ def plot_measured(axes: Sequence[plt.Axes], records: list[dict[str, Any]],
                       color=COLOURS.get(name), ms=4,
                       label=f"{name}: slope {fitted[metric][name]:.1f}")
         ns = sorted({r["n"] for r in records})
-        ax.set_xticks(ns, labels=[str(n) for n in ns])
+        ax.set_xticks(ns, labels=[str(n) for n in ns], rotation=45 if len(ns) > 5 else 0)
         ax.minorticks_off()
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel(unit)
@@ -86,6 +86,9 @@ def plot_rate_vs_n(ax: plt.Axes, rows: list[dict[str, Any]], cliff_n: float | No
     if cliff_n:
         ax.axvline(cliff_n, color="gray", ls="--", lw=1)
         ax.text(cliff_n * 1.05, ax.get_ylim()[1] * 0.9, "scores > L3", fontsize=8, color="gray")
+    ns = sorted({r["n"] for r in rows})
+    ax.set_xticks(ns, labels=[str(n) for n in ns], rotation=45 if len(ns) > 5 else 0)
+    ax.minorticks_off()
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)

@@ -247,3 +247,29 @@ def online_softmax_table(blocks: list[torch.Tensor]) -> str:
 def growth_per_doubling(series: dict[int, float], n1: int, n2: int) -> float:
     """Factor by which ``series`` grows per doubling of n between ``n1`` and ``n2``."""
     return (series[n2] / series[n1]) ** (1 / math.log2(n2 / n1))
+
+
+def causal_tile_counts(n: int, block_q: int, block_k: int) -> dict[str, int]:
+    """Tiles of an ``(n, n)`` causal score matrix cut into ``(block_q, block_k)`` tiles, as
+    :func:`course_lib.flash.scaled_dot_product_attention` visits them: ``total``, ``skipped``
+    (entirely above the diagonal), ``diagonal`` (computed and partly masked) and ``computed``."""
+    counts = {"total": 0, "skipped": 0, "diagonal": 0, "computed": 0}
+    for i0 in range(0, n, block_q):
+        i1 = min(i0 + block_q, n)
+        for j0 in range(0, n, block_k):
+            j1 = min(j0 + block_k, n)
+            counts["total"] += 1
+            if j0 > i1 - 1:
+                counts["skipped"] += 1
+            else:
+                counts["computed"] += 1
+                counts["diagonal"] += int(j1 - 1 > i0)
+    return counts
+
+
+def round_times(data: dict[str, Any], impl: str, n: int, causal: bool = False) -> list[float]:
+    """The per-round times (ms, in round order) of one point of a committed benchmark run."""
+    for r in data["results"]:
+        if r["impl"] == impl and r["n"] == n and r["causal"] == causal and "times_s" in r:
+            return [t * 1e3 for t in r["times_s"]]
+    raise KeyError((impl, n, causal))

@@ -36,7 +36,7 @@ def intensity_plot(ax: plt.Axes, ns: Sequence[int], d: int, block_q: int,
     ax.set_yscale("log")
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("arithmetic intensity (FLOP / byte)")
-    ax.set_title(f"FLOPs per byte moved, one head, d = {d}, fp32")
+    ax.set_title(f"FLOPs per byte moved, one head, E = {d}, fp32")
     ax.legend(loc="center right", fontsize=8)
 
 

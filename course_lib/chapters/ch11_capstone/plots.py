@@ -72,17 +72,20 @@ def head_grid(fig: plt.Figure, maps: torch.Tensor, labels: Sequence[str],
             ax = axes[layer, head]
             heatmap(ax, maps[layer, head], labels, labels, vmin=0, vmax=1, colorbar=False,
                     title=titles[layer][head], xlabel="key token", ylabel="query token")
-            ax.tick_params(labelsize=6)
+            ax.tick_params(labelsize=8)
     fig.tight_layout()
 
 
-def position_accuracy(ax: plt.Axes, accuracy: torch.Tensor, period: int) -> None:
+def position_accuracy(ax: plt.Axes, accuracy: torch.Tensor, period: int,
+                      chance: float | None = None) -> None:
     """Next-token accuracy per position ``accuracy (N-1,)`` on sequences repeating with
-    ``period``; the chance level and the start of the repeat are marked."""
+    ``period``; the start of the repeat is marked, and the chance level when given."""
     acc = _to_numpy(accuracy)
     pos = np.arange(len(acc))
     ax.bar(pos, acc, color=["#9ca3af" if p < period else "#2563eb" for p in pos])
     ax.axvline(period - 0.5, color=HIGHLIGHT, linestyle="--", label="the repeat starts")
+    if chance is not None:
+        ax.axhline(chance, color="0.3", linestyle=":", label=f"chance ({chance:.2f})")
     ax.set_xlabel("position of the query (predicting the next token)")
     ax.set_ylabel("next-token accuracy")
     ax.set_ylim(0, 1.05)

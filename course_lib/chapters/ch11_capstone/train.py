@@ -89,6 +89,7 @@ class NegationConfig:
     solved_after: int = 25   # ... i.e. after 25 perfect batches in a row
     batch_size: int = 64
     lr: float = 3e-3
+    positional: str = "learned"   # or "sinusoidal" (the model's options)
 
 
 def train_negation(seed: int = 0, cfg: NegationConfig = NegationConfig()
@@ -98,7 +99,8 @@ def train_negation(seed: int = 0, cfg: NegationConfig = NegationConfig()
         torch.manual_seed(seed)
         g = torch.Generator().manual_seed(seed)
         model = TinyTransformer(len(tasks.NEGATION_VOCAB), cfg.d_model, cfg.n_heads,
-                                cfg.n_layers, max_len=tasks.NEGATION_MAX_LEN, head="cls")
+                                cfg.n_layers, max_len=tasks.NEGATION_MAX_LEN, head="cls",
+                                positional=cfg.positional)
 
         def step(_: int):
             batch = tasks.negation_batch(cfg.batch_size, g)
@@ -121,12 +123,13 @@ class InductionConfig:
     steps: int = 500
     batch_size: int = 64
     lr: float = 1e-2
+    positional: str = "learned"   # or "sinusoidal" (the model's options)
 
 
 def induction_model(cfg: InductionConfig = InductionConfig()) -> TinyTransformer:
     """The two-layer attention-only model (no MLP) of the induction experiment."""
     return TinyTransformer(cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.n_layers,
-                           max_len=cfg.seq_len, head="lm", mlp=False)
+                           max_len=cfg.seq_len, head="lm", mlp=False, positional=cfg.positional)
 
 
 def train_induction(seed: int = 0, cfg: InductionConfig = InductionConfig()
