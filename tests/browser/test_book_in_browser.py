@@ -67,15 +67,8 @@ def numbered_chapters() -> list[str]:
     return [p for p in toc_order() if re.match(r"book/\d\d_[^/]+\.html$", p)]
 
 
-# Issue 15 is done in two parts: these chapters get their figure captions and line-broken
-# equations in part B. Until then their page-polish checks may fail (non-strict xfail).
-PART_B_PENDING = {"book/06_masks.html", "book/07_complexity.html", "book/08_flash.html",
-                  "book/11_capstone.html"}
-
-
-def polish_params() -> list:
-    return [pytest.param(p, marks=pytest.mark.xfail(reason="issue 15 part B", strict=False))
-            if p in PART_B_PENDING else p for p in numbered_chapters()]
+def polish_params() -> list[str]:
+    return numbered_chapters()
 
 
 class _Links(HTMLParser):

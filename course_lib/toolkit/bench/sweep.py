@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..explorer import book_mode
 from .flops import FLOP_CONVENTION, attention_flops
 from .machine import load_average, machine_info
 from .matmul import default_matmul_size, rate_from_times
@@ -218,8 +219,9 @@ def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Seq
     ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
     """
     records = []
+    # In the HTML book a progress bar would be a dead widget: only live sessions show one.
     with torch_threads(threads), tqdm(total=len(implementations) * len(ns), desc="sweep",
-                                      disable=not progress) as bar:
+                                      disable=not progress or book_mode()) as bar:
         for n in ns:
             q, k, v = make_inputs(batch, heads, n, d, seed=seed + n)
             for name, attend in implementations.items():
