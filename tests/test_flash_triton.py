@@ -67,8 +67,8 @@ def test_softmax_and_matmul_kernels():
 
 
 @pytest.mark.parametrize("exercise_id,fn", [
-    ("triton_softmax", "softmax"), ("triton_matmul", "matmul"),
-    ("triton_flash_forward", "flash_forward")])
+    ("triton_softmax", "triton_softmax"), ("triton_matmul", "triton_matmul"),
+    ("triton_flash_forward", "triton_flash_forward")])
 def test_solutions_pass(exercise_id, fn):
     r = exercises.check(exercise_id, getattr(ch_exercises, fn), record=False, seed=1)
     assert r.passed, r.message

@@ -39,3 +39,33 @@ def _setup() -> tuple[bool, bool, str]:
 
 
 TRITON_AVAILABLE, INTERPRETED, TRITON_MISSING = _setup()
+
+
+#: Code cells containing any of these use Triton; without it :func:`skip_triton_cells` skips them.
+TRITON_MARKERS = ("triton.", "tl.", "kernels.", "checking.", 'check("triton_')
+
+
+def skip_triton_cells() -> bool:
+    """Without Triton, make the notebook's Triton cells print why they are skipped (True if so).
+
+    Registers an IPython input transformer: a code cell mentioning :data:`TRITON_MARKERS` runs
+    ``print("Skipped: ...")`` instead. With Triton, or outside IPython, it does nothing.
+    """
+    if TRITON_AVAILABLE:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    message = f"Skipped: {TRITON_MISSING}. The rest of the course does not need Triton."
+
+    def transform(lines: list[str]) -> list[str]:
+        if any(marker in "".join(lines) for marker in TRITON_MARKERS):
+            return [f"print({message!r})\n"]
+        return lines
+
+    shell.input_transformers_cleanup.append(transform)
+    return True

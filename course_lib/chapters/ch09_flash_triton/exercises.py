@@ -65,7 +65,7 @@ def _softmax_oracle(x):
     return torch.softmax(x.double(), dim=-1).to(x.dtype)
 
 
-def softmax(x: torch.Tensor) -> torch.Tensor:
+def triton_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row softmax of a 2-D float32 tensor: one Triton program per row."""
     x = x.contiguous()
     n_rows, n_cols = x.shape
@@ -84,18 +84,19 @@ def _softmax_pad_zero(x):
     n = x.shape[-1]
     width = 1 << max(n - 1, 0).bit_length()
     padded = torch.cat([x.double(), torch.zeros(x.shape[0], width - n, dtype=torch.float64)], -1)
-    return torch.softmax(padded, dim=-1)[:, :n].to(x.dtype)
+    p = torch.exp(padded - padded.amax(dim=-1, keepdim=True))
+    return (p / p.sum(dim=-1, keepdim=True))[:, :n].to(x.dtype)
 
 
 TRITON_SOFTMAX = Exercise(
     id="triton_softmax",
     chapter=CHAPTER,
     title="A row-softmax kernel",
-    signature="softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
+    signature="triton_softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
     params=("x",),
     cases=_softmax_cases,
     oracle=_softmax_oracle,
-    solution=softmax,
+    solution=triton_softmax,
     forbidden=("softmax",),
     hints=(
         "One program per row: grid = (rows,). Inside, tl.program_id(0) is the row; "
@@ -140,7 +141,7 @@ def _matmul_oracle(a, b):
     return (a.double() @ b.double()).to(a.dtype)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def triton_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a (M, K) @ b (K, N)``: one Triton program per (32, 32) tile of the output."""
     a, b = a.contiguous(), b.contiguous()
     M, K = a.shape
@@ -151,10 +152,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
+def _product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in float64 from element-wise products (the mistakes run under the same
+    forbidden-call watch as a learner's code when the tests submit them)."""
+    return (a.double()[..., :, :, None] * b.double()[..., None, :, :]).sum(dim=-2)
+
+
 def _last_k_block(block_k: int):
     def fn(a, b):
         start = (a.shape[1] - 1) // block_k * block_k
-        return (a[:, start:].double() @ b[start:].double()).to(a.dtype)
+        return _product(a[:, start:], b[start:]).to(a.dtype)
     return fn
 
 
@@ -162,11 +169,11 @@ TRITON_MATMUL = Exercise(
     id="triton_matmul",
     chapter=CHAPTER,
     title="A tiled matmul kernel with tl.dot",
-    signature="matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
+    signature="triton_matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
     params=("a", "b"),
     cases=_matmul_cases,
     oracle=_matmul_oracle,
-    solution=matmul,
+    solution=triton_matmul,
     forbidden=("matmul",),
     tolerances={torch.float32: (1e-4, 1e-4)},
     hints=(
@@ -215,21 +222,12 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
-def _scores(q, k, is_causal, diag=0, leak_block=None):
-    """Scaled scores in float64, future keys (j > i + diag) at -inf when causal.
-
-    ``leak_block``: with ``diag=1``, key i + 1 leaks only inside query i's block of that size
-    (a kernel that applies its off-by-one mask to the diagonal tile only)."""
+def _scores(q, k, is_causal):
+    """Scaled scores in float64, future keys (j > i) at -inf when causal."""
     s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
     if is_causal:
         n, m = s.shape[-2:]
-        future = torch.ones(n, m, dtype=torch.bool).triu(1 + diag)
-        if leak_block is not None:
-            i = torch.arange(n)
-            edge = (i + 1) % leak_block == 0        # key i + 1 lies in the next block
-            nxt = (i + 1)[edge]
-            future[i[edge][nxt < m], nxt[nxt < m]] = True
-        s = s.masked_fill(future, float("-inf"))
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
     return s
 
 
@@ -239,8 +237,8 @@ def _flash_oracle(q, k, v, is_causal=False):
     return out.to(q.dtype), s.logsumexp(dim=-1).to(torch.float32)
 
 
-def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-2 forward: ``(out (B, H, N, D), lse (B, H, N))`` from one Triton kernel."""
     B, H, N, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -257,30 +255,54 @@ def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescal
                pad_keys=False, factor=LOG2E, base=2.0, lse_scale=LN2, diag=0, lse_zero=False,
                leak_block=None):
     """A float64 model of a (possibly buggy) kernel: key blocks of ``block``, scores times
-    ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``."""
+    ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``.
+
+    Query rows are processed 16 at a time and products are element-wise, so that the model never
+    holds an N×N tensor nor calls a matrix product (both refused during a check)."""
+    outs, lses = [], []
+    for r0 in range(0, q.shape[-2], 16):
+        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + 16, q.shape[-2]), is_causal, block,
+                                 rescale_acc, rescale_l, pad_keys, factor, base, lse_scale,
+                                 diag, lse_zero, leak_block)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs, -2).to(q.dtype), torch.cat(lses, -1).to(torch.float32)
+
+
+def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, pad_keys, factor,
+                    base, lse_scale, diag, lse_zero, leak_block):
     n = k.shape[-2]
-    vd = v.double()
-    kd = k.double()
+    kd, vd = k.double(), v.double()
     width = n if block is None else -(-n // block) * block
     if pad_keys and width > n:   # lanes past N loaded as zeros and never masked
         extra = width - n
         kd = torch.cat([kd, kd.new_zeros(*kd.shape[:-2], extra, kd.shape[-1])], -2)
         vd = torch.cat([vd, vd.new_zeros(*vd.shape[:-2], extra, vd.shape[-1])], -2)
-    x = _scores(q, kd, is_causal, diag, leak_block) * factor
+    qd = q.double()[..., r0:r1, :]
+    x = (qd[..., :, None, :] * kd[..., None, :, :]).sum(-1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        i = torch.arange(r0, r1)[:, None]
+        j = torch.arange(x.shape[-1])[None, :]
+        future = j > i + diag
+        if leak_block is not None:   # key i + 1 leaks only inside query i's block
+            future = future | ((j == i + 1) & ((i + 1) % leak_block == 0))
+        x = x.masked_fill(future, float("-inf"))
+    x = x * factor
     step = x.shape[-1] if block is None else block
     m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
     ell = torch.zeros_like(m)
     acc = torch.zeros(*x.shape[:-1], vd.shape[-1], dtype=torch.float64)
-    for j in range(0, x.shape[-1], step):
-        s = x[..., j:j + step]
+    for j0 in range(0, x.shape[-1], step):
+        s = x[..., j0:j0 + step]
         m_new = torch.maximum(m, s.amax(dim=-1))
         alpha = base ** (m - m_new)
         p = base ** (s - m_new[..., None])
         ell = (alpha * ell if rescale_l else ell) + p.sum(dim=-1)
-        acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ vd[..., j:j + step, :]
+        pv = (p[..., :, :, None] * vd[..., None, j0:j0 + step, :]).sum(-2)
+        acc = (alpha[..., None] * acc if rescale_acc else acc) + pv
         m = m_new
     lse = torch.zeros_like(m) if lse_zero else (m + torch.log2(ell)) * lse_scale
-    return (acc / ell[..., None]).to(q.dtype), lse.to(torch.float32)
+    return acc / ell[..., None], lse
 
 
 def _sim(**options):
@@ -306,13 +328,13 @@ TRITON_FLASH_FORWARD = Exercise(
     id="triton_flash_forward",
     chapter=CHAPTER,
     title="The FlashAttention-2 forward kernel",
-    signature=("flash_forward(q, k, v (B, H, N, D) float32, is_causal=False) "
+    signature=("triton_flash_forward(q, k, v (B, H, N, D) float32, is_causal=False) "
                "-> (out, lse (B, H, N))"),
     params=("q", "k", "v", "is_causal"),
     output_names=("out", "lse"),
     cases=_flash_cases,
     oracle=_flash_oracle,
-    solution=flash_forward,
+    solution=triton_flash_forward,
     forbidden=("sdpa", "matmul", "softmax"),
     tolerances={torch.float32: (1e-4, 1e-3)},
     hints=(
