@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from course_lib.exercises import load_progress
+from course_lib.exercises import list_exercises, load_progress
 
 from course_lib.__main__ import _EXTRA_COMMANDS, add_command, main
 
@@ -87,7 +87,7 @@ def test_usage_and_load_errors_exit_2(solution_file, tmp_path, capsys):
     for args in cases:
         assert main(list(args)) == 2, args
     err = capsys.readouterr().err
-    assert "Did you mean 'softmax'?" in err and "no such file" in err
+    assert "Did you mean 'softmax'" in err and "no such file" in err
     assert "ModuleNotFoundError" in err and "it defines: naive, softmax" in err
     for args in (["check", "softmax"], []):
         with pytest.raises(SystemExit) as exc:
@@ -101,7 +101,7 @@ def test_list(capsys):
     for exercise_id in ("retrieve", "softmax", "flash_attention", "attention_memory"):
         assert exercise_id in out
     assert "03_softmax" in out and "softmax(x, dim=-1)" in out
-    assert "14 exercises" in out or "15 exercises" in out
+    assert f"{len(list_exercises())} exercises" in out
 
 
 @pytest.mark.usefixtures("progress_env")

@@ -227,7 +227,8 @@ def test_progress_views(record_path, tmp_path, capsys, monkeypatch):
 
     assert main(["progress"]) == 0
     out = capsys.readouterr().out
-    assert "03_softmax" in out and "1/2" in out and "0/3" in out and "1 of 15" in out
+    assert "03_softmax" in out and "1/2" in out and "0/3" in out
+    assert f"1 of {len(exercises.list_exercises())}" in out
 
     assert main(["progress", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)["exercises"]
