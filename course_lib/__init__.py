@@ -16,7 +16,15 @@ plotting style, explorer base, the exercise checker, the benchmark) and ``course
 
 from __future__ import annotations
 
+import os
 import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    # Triton (chapter 9) runs kernels on the CPU with its interpreter only if this is set before
+    # triton.language is imported, which torch.nn.attention (imported below) already does.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .attention import (
     IMPLEMENTATIONS,

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from course_lib.exercises import load_progress
+from course_lib.exercises import list_exercises, load_progress
 
 from course_lib.__main__ import _EXTRA_COMMANDS, add_command, main
 from course_lib.toolkit.checking._registry import registry
@@ -88,7 +88,7 @@ def test_usage_and_load_errors_exit_2(solution_file, tmp_path, capsys):
     for args in cases:
         assert main(list(args)) == 2, args
     err = capsys.readouterr().err
-    assert "Did you mean 'softmax'?" in err and "no such file" in err
+    assert "Did you mean 'softmax'" in err and "no such file" in err
     assert "ModuleNotFoundError" in err and "it defines: naive, softmax" in err
     for args in (["check", "softmax"], []):
         with pytest.raises(SystemExit) as exc:

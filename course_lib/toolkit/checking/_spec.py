@@ -35,6 +35,13 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
                   "_softmax", "_log_softmax", "_safe_softmax"),
         "python": ("course_lib.attention.softmax:safe_softmax",),
     },
+    "matmul": {
+        "label": "torch's matrix products (@, matmul, mm, bmm, einsum, ...)",
+        "aten": ("mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "dot", "vdot", "mv",
+                 "addmv", "_scaled_mm", "_int_mm"),
+        "torch": ("matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "baddbmm"),
+        "python": (),
+    },
     "sdpa": {
         "label": "torch's scaled_dot_product_attention (or course_lib's attention implementations)",
         "aten": ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",

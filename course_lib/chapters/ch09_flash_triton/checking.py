@@ -1,0 +1,264 @@
+"""What Triton's interpreter does not check, checked: memory bounds and the GPU compiler's rules.
+
+:func:`install` (called when this module is imported under the interpreter) wraps three places
+of ``triton.runtime.interpreter``, for every kernel launched in this process, learners' included:
+
+- **bounds**: each launch records the byte range of every tensor argument; each ``tl.load`` /
+  ``tl.store`` then checks that every address its mask lets through lies inside the tensor the
+  access points into. The interpreter itself would read garbage (or crash) without a word; here
+  the launch stops with :class:`OutOfBounds`, naming the program id and the offsets.
+- **tl.dot shapes**: the GPU's minimum K (16 for 16-bit inputs, 8 for float32), which the
+  interpreter switches off.
+- **the source**: :func:`gpu_source_problems` reads each kernel's code (``ast``) for what runs in
+  the interpreter (plain Python) but does not compile for a GPU: ``break``/``continue``, ``try``,
+  ``lambda``, calls into ``numpy``/``torch``, and the removed block pointers.
+  A problem stops the launch with :class:`GpuConstraint`.
+
+The interpreter already refuses non-power-of-two ``tl.arange`` sizes. Both exceptions derive
+from ``BaseException`` so that the interpreter's ``except Exception`` (which would flatten them
+into an ``InterpreterError``) and a kernel's own ``except`` let them through unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime import interpreter as _interp
+
+__all__ = ["GpuConstraint", "OutOfBounds", "gpu_source_problems", "install", "installed"]
+
+
+class OutOfBounds(BaseException):
+    """A ``tl.load``/``tl.store`` touched memory outside the tensor it points into."""
+
+
+class GpuConstraint(BaseException):
+    """The kernel runs in the interpreter but would not compile (or would fail) on a GPU."""
+
+
+@dataclass
+class _Tensor:
+    name: str
+    lo: int        # first byte
+    hi: int        # one past the last byte
+    numel: int
+    itemsize: int
+
+
+@dataclass
+class _Launch:
+    kernel: str
+    tensors: list[_Tensor] = field(default_factory=list)
+
+
+_CURRENT: list[_Launch | None] = [None]
+
+
+def _extent(name: str, t: torch.Tensor) -> _Tensor:
+    """The bytes a (possibly strided) tensor view spans."""
+    lo = t.data_ptr()
+    if t.numel() == 0:
+        return _Tensor(name, lo, lo, 0, t.element_size())
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
+    return _Tensor(name, lo, lo + (last + 1) * t.element_size(), t.numel(), t.element_size())
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def _check_access(kind: str, ptrs: Any, mask: Any) -> None:
+    launch = _CURRENT[0]
+    if launch is None or not launch.tensors:
+        return
+    addrs = np.asarray(ptrs.data).astype(np.uint64)
+    active = np.ones(addrs.shape, dtype=bool) if mask is None \
+        else np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+    if not active.any():
+        return
+    size = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
+    a = addrs[active].astype(np.int64)   # user-space addresses fit in int64
+    inside = [((a >= t.lo) & (a + size <= t.hi)) for t in launch.tensors]
+    counts = [int(x.sum()) for x in inside]
+    best = int(np.argmax(counts))
+    if counts[best] == a.size:
+        return
+    if counts[best] == 0:   # the whole access is outside: the tensor it started from
+        starts = [t for t in launch.tensors if t.lo <= int(a.min())]
+        owner = max(starts, key=lambda t: t.lo) if starts else launch.tensors[0]
+        ok = (a >= owner.lo) & (a + size <= owner.hi)
+    else:
+        owner, ok = launch.tensors[best], inside[best]
+    bad = ~ok
+    where = np.argwhere(active)[bad]          # block positions of the bad lanes
+    first = int(a[bad][0])
+    offset = (first - owner.lo) // owner.itemsize
+    pos = tuple(int(i) for i in where[0])
+    pid = _interp.interpreter_builder.grid_idx
+    verb = "reads" if kind == "load" else "writes"
+    raise OutOfBounds(
+        f"tl.{kind} {verb} outside the tensor `{owner.name}` in kernel `{launch.kernel}`, "
+        f"program id {tuple(int(p) for p in pid)}: {int(bad.sum())} of the {a.size} addresses "
+        f"its mask lets through are out of bounds, the first at element offset {offset} (block "
+        f"position {pos}); `{owner.name}` has {owner.numel} elements. The interpreter would "
+        f"{'read garbage' if kind == 'load' else 'write'} there silently, a GPU may crash. Mask "
+        f"the access (mask=offsets < size) so that lanes past the end touch nothing."
+    )
+
+
+# --------------------------------------------------------------------------- GPU rules
+
+#: Syntax the GPU compiler (triton.compiler.code_generator) has no rule for.
+_UNSUPPORTED = {
+    ast.Break: "`break` (loops run to their end in Triton: restructure with a mask or `while`)",
+    ast.Continue: "`continue` (use a mask or tl.where instead)",
+    ast.Try: "`try`/`except`",
+    ast.Raise: "`raise` (use tl.device_assert)",
+    ast.Lambda: "a `lambda`",
+    ast.Dict: "a dict", ast.Set: "a set",
+    ast.DictComp: "a dict comprehension", ast.SetComp: "a set comprehension",
+    ast.GeneratorExp: "a generator expression",
+    ast.Global: "`global`", ast.Nonlocal: "`nonlocal`", ast.Delete: "`del`",
+}
+#: Libraries whose functions cannot take Triton tensors (``math`` on constants does compile).
+_HOST_MODULES = ("numpy", "np", "torch", "random")
+_REMOVED = {"make_block_ptr": "tl.make_block_ptr (block pointers are deprecated and removed "
+                              "upstream: use pointer arithmetic with masks)",
+            "advance": "tl.advance (block pointers are removed upstream)"}
+
+
+def gpu_source_problems(fn: Any) -> list[str]:
+    """What in kernel ``fn``'s source would not compile for a GPU (empty: nothing found)."""
+    fn = getattr(fn, "fn", fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    first = getattr(getattr(fn, "__code__", None), "co_firstlineno", 1)
+    name = getattr(fn, "__name__", "kernel")
+    found = []
+    for node in ast.walk(tree):
+        line = first + getattr(node, "lineno", 1) - 1
+        what = _UNSUPPORTED.get(type(node))
+        if what is None and isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                if f.value.id in _HOST_MODULES:
+                    what = (f"`{f.value.id}.{f.attr}(...)`: Python libraries do not run inside a "
+                            f"GPU kernel (use tl.* functions, or compute the constant outside and "
+                            f"pass it in)")
+                elif f.attr in _REMOVED:
+                    what = _REMOVED[f.attr]
+        if what is not None:
+            found.append(f"kernel `{name}`, line {line}: {what}")
+    return found
+
+
+_SOURCE_SEEN: dict[Any, list[str]] = {}
+
+
+def _check_source(fn: Any) -> None:
+    if fn not in _SOURCE_SEEN:
+        _SOURCE_SEEN[fn] = gpu_source_problems(fn)
+    problems = _SOURCE_SEEN[fn]
+    if problems:
+        raise GpuConstraint("This kernel runs in Triton's interpreter (plain Python) but would not "
+                            "compile for a GPU:\n- " + "\n- ".join(problems))
+
+
+def _min_dot_k(lhs: Any) -> int:
+    bits = lhs.type.scalar.primitive_bitwidth
+    return {8: 32, 16: 16, 32: 8, 64: 4}.get(bits, 16)
+
+
+# --------------------------------------------------------------------------- installation
+
+_ORIGINAL: dict[str, Any] = {}
+
+
+def installed() -> bool:
+    return bool(_ORIGINAL)
+
+
+def install() -> None:
+    """Wrap the interpreter's launch, load, store and dot (idempotent)."""
+    if _ORIGINAL:
+        return
+    GE, IB, IF = _interp.GridExecutor, _interp.InterpreterBuilder, _interp.InterpretedFunction
+    sem = _interp.interpreter_semantic
+    _ORIGINAL.update(init_args=GE._init_args_hst, call=GE.__call__, load=IB.create_masked_load,
+                     store=IB.create_masked_store, run=IF.run, dev_call=IF.__call__,
+                     dot=sem.dot)
+
+    def _init_args_hst(self, args_dev, kwargs):
+        args_hst, kwargs_hst = _ORIGINAL["init_args"](self, args_dev, kwargs)
+        launch = _Launch(getattr(self.fn, "__name__", "kernel"))
+        named = list(zip(self.arg_names, args_hst, strict=False)) + list(kwargs_hst.items())
+        for name, arg in named:
+            t = getattr(arg, "base", arg)   # a TensorWrapper's tensor
+            if isinstance(t, torch.Tensor):
+                launch.tensors.append(_extent(name, t))
+        _CURRENT[0] = launch
+        return args_hst, kwargs_hst
+
+    def __call__(self, *args, **kwargs):
+        previous = _CURRENT[0]
+        try:
+            return _ORIGINAL["call"](self, *args, **kwargs)
+        finally:
+            _CURRENT[0] = previous
+
+    def create_masked_load(self, ptrs, mask, other, *rest):
+        _check_access("load", ptrs, mask)
+        return _ORIGINAL["load"](self, ptrs, mask, other, *rest)
+
+    def create_masked_store(self, ptrs, value, mask, *rest):
+        _check_access("store", ptrs, mask)
+        return _ORIGINAL["store"](self, ptrs, value, mask, *rest)
+
+    def run(self, *args, **kwargs):
+        _check_source(self.fn)
+        return _ORIGINAL["run"](self, *args, **kwargs)
+
+    def dev_call(self, *args, **kwargs):
+        _check_source(self.fn)
+        return _ORIGINAL["dev_call"](self, *args, **kwargs)
+
+    def dot(lhs, rhs, *args, **kwargs):
+        k = lhs.shape[-1]
+        k = getattr(k, "value", k)
+        need = _min_dot_k(lhs)
+        if int(k) < need:
+            raise GpuConstraint(
+                f"tl.dot with {lhs.type.scalar} inputs needs K ≥ {need} on a GPU, and this one has "
+                f"K = {int(k)} (the shared dimension: a's columns, b's rows). The interpreter "
+                f"would accept it, a GPU compiler would not: use a block of at least {need}.")
+        return _ORIGINAL["dot"](lhs, rhs, *args, **kwargs)
+
+    # The learner's traceback (toolkit.checking) leaves out library frames by file name: file
+    # these wrappers under the interpreter's name, so that it shows the learner's kernel line
+    # and the message, not this module's plumbing.
+    for f in (_init_args_hst, __call__, create_masked_load, create_masked_store, run, dev_call,
+              dot, _check_access, _check_source):
+        f.__code__ = f.__code__.replace(co_filename=_interp.__file__)
+    GE._init_args_hst = _init_args_hst
+    GE.__call__ = __call__
+    IB.create_masked_load = create_masked_load
+    IB.create_masked_store = create_masked_store
+    IF.run = run
+    IF.__call__ = dev_call
+    sem.dot = dot
+
+
+def _is_interpreted() -> bool:
+    return type(tl.max).__name__ == "InterpretedFunction"
+
+
+if _is_interpreted():
+    install()

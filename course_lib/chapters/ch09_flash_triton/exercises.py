@@ -1,0 +1,381 @@
+"""Chapter 9 (FlashAttention in Triton): ``triton_softmax``, ``triton_matmul`` and
+``triton_flash_forward``, checked on a CPU under Triton's interpreter.
+
+The learner's launcher is called by the generic engine like any other exercise. What Triton's
+interpreter does not check is added by :mod:`.checking` (imported here, so it is active whenever
+these exercises are): every ``tl.load``/``tl.store`` is bounds-checked, ``tl.dot`` obeys the GPU's
+minimum K and each kernel's source is read for what does not compile on a GPU; a violation stops
+the learner's call with a message naming the kernel, the program id and the offsets. The known
+mistakes below are float64 simulations of the buggy kernels, so the engine can name them. Torch's
+matrix products, softmax and attention are forbidden, and the largest case may not hold an
+N×N tensor: the work has to happen inside a Triton kernel.
+
+Without Triton (other platforms) the exercises are still declared, and their solutions say why
+they cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+
+from . import TRITON_AVAILABLE, TRITON_MISSING
+
+if TRITON_AVAILABLE:
+    import triton
+
+    from . import checking  # noqa: F401  (installs the bounds and GPU-rule checks)
+    from .kernels import flash_fwd_kernel, matmul_kernel, softmax_kernel
+else:  # pragma: no cover - exercised on platforms without Triton wheels
+    def _missing(*args, **kwargs):
+        raise RuntimeError(TRITON_MISSING)
+
+    flash_fwd_kernel = matmul_kernel = softmax_kernel = triton = _missing  # type: ignore
+
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+#: Block sizes a learner's kernel plausibly uses: block-dependent mistakes are simulated for each.
+BLOCKS = (16, 32, 64)
+CHAPTER = "09_flash_triton"
+
+# --------------------------------------------------------------------------- row softmax
+
+
+def _softmax_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, s: float = 1.0) -> torch.Tensor:
+        return s * torch.randn(*shape, generator=gen)
+
+    with_inf = r(6, 5)
+    with_inf[0, 1] = with_inf[3, 4] = with_inf[5, 0] = float("-inf")
+    return [
+        Case("10 columns (not a power of two)", (r(4, 10),)),
+        Case("one column", (r(3, 1),)),
+        Case("64 columns", (r(2, 64),)),
+        Case("entries in the hundreds", (r(5, 37, s=300.0),),
+             note="exp overflows float32 unless the row maximum is subtracted"),
+        Case("one long row", (r(1, 200),)),
+        Case("-inf entries", (with_inf,), note="three entries are -inf (masked positions)"),
+    ]
+
+
+def _softmax_oracle(x):
+    return torch.softmax(x.double(), dim=-1).to(x.dtype)
+
+
+def triton_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Row softmax of a 2-D float32 tensor: one Triton program per row."""
+    x = x.contiguous()
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    softmax_kernel[(n_rows,)](x, y, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+    return y
+
+
+def _softmax_no_shift(x):
+    e = torch.exp(x)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _softmax_pad_zero(x):
+    """Masked lanes loaded as 0.0 instead of -inf: each adds exp(0 - m) to the sum."""
+    n = x.shape[-1]
+    width = 1 << max(n - 1, 0).bit_length()
+    padded = torch.cat([x.double(), torch.zeros(x.shape[0], width - n, dtype=torch.float64)], -1)
+    p = torch.exp(padded - padded.amax(dim=-1, keepdim=True))
+    return (p / p.sum(dim=-1, keepdim=True))[:, :n].to(x.dtype)
+
+
+TRITON_SOFTMAX = Exercise(
+    id="triton_softmax",
+    chapter=CHAPTER,
+    title="A row-softmax kernel",
+    signature="triton_softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
+    params=("x",),
+    cases=_softmax_cases,
+    oracle=_softmax_oracle,
+    solution=triton_softmax,
+    forbidden=("softmax",),
+    hints=(
+        "One program per row: grid = (rows,). Inside, tl.program_id(0) is the row; "
+        "tl.arange(0, BLOCK) are the column offsets, with BLOCK = triton.next_power_of_2(cols) "
+        "passed as a tl.constexpr.",
+        "Columns past the end of the row must not be touched: mask = cols < n_cols on the load "
+        "and on the store. On the load, other= decides what the masked lanes hold: choose a "
+        "value that cannot change the max or the sum.",
+        "x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=float('-inf')); "
+        "m = tl.max(x, axis=0); p = tl.exp(x - m); "
+        "tl.store(y_ptr + row * n_cols + cols, p / tl.sum(p, axis=0), mask=mask)",
+    ),
+    mistakes=(
+        Mistake("masked_lanes_zero", "Your masked lanes hold 0 (other=0.0, the default), so "
+                "each padded column adds exp(0 - m) to the sum. Load them as other=float('-inf'): "
+                "exp(-inf) = 0.", _softmax_pad_zero),
+        Mistake("no_max_shift", "You exponentiated the raw entries: exp(300) overflows float32 "
+                "to inf and inf / inf is NaN. Subtract the row maximum first: "
+                "p = tl.exp(x - tl.max(x, axis=0)).", _softmax_no_shift),
+    ),
+)
+
+# --------------------------------------------------------------------------- tiled matmul
+
+
+def _matmul_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    f16 = torch.float16
+    return [
+        Case("ragged: (20, 24) @ (24, 18)", (r(20, 24), r(24, 18))),
+        Case("(33, 70) @ (70, 17)", (r(33, 70), r(70, 17)),
+             note="K = 70 is not a multiple of a block"),
+        Case("one row: (1, 16) @ (16, 5)", (r(1, 16), r(16, 5))),
+        Case("float16: (48, 40) @ (40, 36)", (r(48, 40, dtype=f16), r(40, 36, dtype=f16)),
+             note="16-bit tl.dot needs K ≥ 16 on a GPU"),
+    ]
+
+
+def _matmul_oracle(a, b):
+    return (a.double() @ b.double()).to(a.dtype)
+
+
+def triton_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a (M, K) @ b (K, N)``: one Triton program per (32, 32) tile of the output."""
+    a, b = a.contiguous(), b.contiguous()
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
+    return c
+
+
+def _product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in float64 from element-wise products (the mistakes run under the same
+    forbidden-call watch as a learner's code when the tests submit them)."""
+    return (a.double()[..., :, :, None] * b.double()[..., None, :, :]).sum(dim=-2)
+
+
+def _last_k_block(block_k: int):
+    def fn(a, b):
+        start = (a.shape[1] - 1) // block_k * block_k
+        return _product(a[:, start:], b[start:]).to(a.dtype)
+    return fn
+
+
+TRITON_MATMUL = Exercise(
+    id="triton_matmul",
+    chapter=CHAPTER,
+    title="A tiled matmul kernel with tl.dot",
+    signature="triton_matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
+    params=("a", "b"),
+    cases=_matmul_cases,
+    oracle=_matmul_oracle,
+    solution=triton_matmul,
+    forbidden=("matmul",),
+    tolerances={torch.float32: (1e-4, 1e-4)},
+    hints=(
+        "A 2-D grid: program (i, j) owns the (BLOCK_M, BLOCK_N) tile of C with rows "
+        "i·BLOCK_M + tl.arange(0, BLOCK_M) and columns j·BLOCK_N + tl.arange(0, BLOCK_N). "
+        "Walk K in steps of BLOCK_K, adding tl.dot(a_tile, b_tile) to a float32 accumulator.",
+        "Every load needs a 2-D mask (rows < M) & (ks < K) with other=0.0, so that the ragged "
+        "edges add zeros; the store needs (rows < M) & (cols < N). On a GPU tl.dot needs "
+        "BLOCK_K ≥ 16 for float16 inputs.",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32); for k0 in range(0, K, BLOCK_K): "
+        "ks = k0 + tl.arange(0, BLOCK_K); a = tl.load(a_ptr + rows[:, None] * K + ks[None, :], "
+        "mask=..., other=0.0); b = tl.load(b_ptr + ks[:, None] * N + cols[None, :], mask=..., "
+        "other=0.0); acc = tl.dot(a, b, acc). Then store acc.to(c_ptr.dtype.element_ty).",
+    ),
+    mistakes=tuple(
+        Mistake(f"accumulator_overwritten_k{bk}", "Your result is the last K block's product "
+                "only: acc = tl.dot(a, b) replaces the sum at every step. Accumulate: "
+                "acc = tl.dot(a, b, acc) (or acc += tl.dot(a, b)).", _last_k_block(bk))
+        for bk in BLOCKS
+    ),
+)
+
+# --------------------------------------------------------------------------- FlashAttention-2
+
+
+def _flash_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int, s: float = 1.0) -> torch.Tensor:
+        return s * torch.randn(*shape, generator=gen)
+
+    def qkv(b: int, h: int, n: int, d: int) -> tuple[torch.Tensor, ...]:
+        return r(b, h, n, d), r(b, h, n, d), r(b, h, n, d)
+
+    # keys growing along the sequence: later key blocks raise the running maximum
+    q, k, v = qkv(1, 1, 48, 16)
+    k = k * torch.linspace(0.5, 3.0, 48)[:, None]
+    return [
+        Case("N = 40 (not a multiple of the block)", (*qkv(1, 2, 40, 16), False)),
+        Case("N = 40, causal", (*qkv(1, 2, 40, 16), True)),
+        Case("N = 5 (smaller than a block)", (*qkv(1, 1, 5, 16), False)),
+        Case("N = 7, causal, two batches", (*qkv(2, 1, 7, 16), True)),
+        Case("the running maximum moves", (2.0 * q, k, v, False),
+             note="later key blocks hold the larger scores"),
+        Case("D = 32, causal", (*qkv(2, 1, 33, 32), True)),
+        Case("N = 100, causal", (*qkv(1, 2, 100, 16), True),
+             note="no tensor may have two dims of size >= 100", max_square=100),
+    ]
+
+
+def _scores(q, k, is_causal):
+    """Scaled scores in float64, future keys (j > i) at -inf when causal."""
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        n, m = s.shape[-2:]
+        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool).triu(1), float("-inf"))
+    return s
+
+
+def _flash_oracle(q, k, v, is_causal=False):
+    s = _scores(q, k, is_causal)
+    out = torch.softmax(s, dim=-1) @ v.double()
+    return out.to(q.dtype), s.logsumexp(dim=-1).to(torch.float32)
+
+
+def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention-2 forward: ``(out (B, H, N, D), lse (B, H, N))`` from one Triton kernel."""
+    B, H, N, D = q.shape
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float32)
+    grid = (triton.cdiv(N, 32), B * H)              # (query block, batch · head)
+    qk_scale = math.log2(math.e) / math.sqrt(D)      # log2(e) folded into 1/√D
+    flash_fwd_kernel[grid](q, k, v, out, lse, N, qk_scale, IS_CAUSAL=is_causal,
+                           BLOCK_M=32, BLOCK_N=32, D=D)
+    return out, lse
+
+
+def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescale_l=True,
+               pad_keys=False, factor=LOG2E, base=2.0, lse_scale=LN2, diag=0, lse_zero=False,
+               leak_block=None):
+    """A float64 model of a (possibly buggy) kernel: key blocks of ``block``, scores times
+    ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``.
+
+    Query rows are processed 16 at a time and products are element-wise, so that the model never
+    holds an N×N tensor nor calls a matrix product (both refused during a check)."""
+    outs, lses = [], []
+    for r0 in range(0, q.shape[-2], 16):
+        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + 16, q.shape[-2]), is_causal, block,
+                                 rescale_acc, rescale_l, pad_keys, factor, base, lse_scale,
+                                 diag, lse_zero, leak_block)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs, -2).to(q.dtype), torch.cat(lses, -1).to(torch.float32)
+
+
+def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, pad_keys, factor,
+                    base, lse_scale, diag, lse_zero, leak_block):
+    n = k.shape[-2]
+    kd, vd = k.double(), v.double()
+    width = n if block is None else -(-n // block) * block
+    if pad_keys and width > n:   # lanes past N loaded as zeros and never masked
+        extra = width - n
+        kd = torch.cat([kd, kd.new_zeros(*kd.shape[:-2], extra, kd.shape[-1])], -2)
+        vd = torch.cat([vd, vd.new_zeros(*vd.shape[:-2], extra, vd.shape[-1])], -2)
+    qd = q.double()[..., r0:r1, :]
+    x = (qd[..., :, None, :] * kd[..., None, :, :]).sum(-1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        i = torch.arange(r0, r1)[:, None]
+        j = torch.arange(x.shape[-1])[None, :]
+        future = j > i + diag
+        if leak_block is not None:   # key i + 1 leaks only inside query i's block
+            future = future | ((j == i + 1) & ((i + 1) % leak_block == 0))
+        x = x.masked_fill(future, float("-inf"))
+    x = x * factor
+    step = x.shape[-1] if block is None else block
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+    ell = torch.zeros_like(m)
+    acc = torch.zeros(*x.shape[:-1], vd.shape[-1], dtype=torch.float64)
+    for j0 in range(0, x.shape[-1], step):
+        s = x[..., j0:j0 + step]
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        alpha = base ** (m - m_new)
+        p = base ** (s - m_new[..., None])
+        ell = (alpha * ell if rescale_l else ell) + p.sum(dim=-1)
+        pv = (p[..., :, :, None] * vd[..., None, j0:j0 + step, :]).sum(-2)
+        acc = (alpha[..., None] * acc if rescale_acc else acc) + pv
+        m = m_new
+    lse = torch.zeros_like(m) if lse_zero else (m + torch.log2(ell)) * lse_scale
+    return acc / ell[..., None], lse
+
+
+def _sim(**options):
+    return lambda q, k, v, is_causal=False: _flash_sim(q, k, v, is_causal, **options)
+
+
+_BLOCK_MISTAKES = (
+    ("scores_not_masked", "Your last, ragged key block counts keys that do not exist: the lanes "
+     "past N were loaded as 0 (other=0.0), but their scores were not set to -inf, so each adds "
+     "exp(0 - m) to ℓ. Mask the scores too: s = tl.where(keys[None, :] < N, s, float('-inf')).",
+     {"pad_keys": True}),
+    ("output_not_rescaled", "When a key block raises the running maximum, you did not rescale "
+     "the accumulator: multiply O by α = exp2(m - m_new) before adding P V "
+     "(acc = acc * alpha[:, None] + tl.dot(p, v)).", {"rescale_acc": False}),
+    ("sum_not_rescaled", "When a key block raises the running maximum, you did not rescale the "
+     "running sum: ℓ = α·ℓ + Σ p, with α = exp2(m - m_new).", {"rescale_l": False}),
+)
+
+_ONE_AHEAD = ("Your causal mask lets query i see key i + 1, one step into the future. Keep key j "
+              "for query i only when j <= i: keys[None, :] <= rows[:, None].")
+
+TRITON_FLASH_FORWARD = Exercise(
+    id="triton_flash_forward",
+    chapter=CHAPTER,
+    title="The FlashAttention-2 forward kernel",
+    signature=("triton_flash_forward(q, k, v (B, H, N, D) float32, is_causal=False) "
+               "-> (out, lse (B, H, N))"),
+    params=("q", "k", "v", "is_causal"),
+    output_names=("out", "lse"),
+    cases=_flash_cases,
+    oracle=_flash_oracle,
+    solution=triton_flash_forward,
+    forbidden=("sdpa", "matmul", "softmax"),
+    tolerances={torch.float32: (1e-4, 1e-3)},
+    hints=(
+        "Grid (cdiv(N, BLOCK_M), B·H): program (i, bh) loads its BLOCK_M queries once, then walks "
+        "the key blocks, keeping per query row a running max m, sum ℓ and accumulator O "
+        "(tl.full / tl.zeros in float32). The head starts at bh·N·D for contiguous tensors.",
+        "Work in base 2: multiply the scores by qk_scale = log2(e)/√D and use tl.exp2 everywhere "
+        "(α = exp2(m - m_new), p = exp2(s - m_new)). Mask the ragged last key block "
+        "(keys < N: on the loads, and -inf on the scores) and the stores (rows < N). When "
+        "causal, visit key blocks below the diagonal without a mask, then the diagonal block "
+        "with keys[None, :] <= rows[:, None]. At the end: out = O/ℓ, lse = (m + log2 ℓ)·ln 2.",
+        "for start in range(lo, hi, BLOCK_N): keys = start + tl.arange(0, BLOCK_N); "
+        "k = tl.load(..., mask=(keys < N)[:, None], other=0.0); v likewise; "
+        "s = tl.dot(q, tl.trans(k)) * qk_scale; s = tl.where(keep, s, float('-inf')); "
+        "m_new = tl.maximum(m, tl.max(s, axis=1)); alpha = tl.exp2(m - m_new); "
+        "p = tl.exp2(s - m_new[:, None]); ell = alpha * ell + tl.sum(p, axis=1); "
+        "acc = acc * alpha[:, None] + tl.dot(p, v); m = m_new",
+    ),
+    mistakes=(
+        Mistake("lse_not_written", "Your out is right but lse is all zeros: the kernel never "
+                "stores it. Store lse = (m + tl.log2(ell)) · ln 2 at lse_ptr + bh·N + rows "
+                "(masked with rows < N).", _sim(lse_zero=True)),
+        Mistake("lse_base_2", "Your lse is in base 2: m + log2(ℓ) measures the scores in units "
+                "of log2(e)·s/√D. Multiply by ln 2 (0.6931...) to get the natural log-sum-exp "
+                "the backward pass expects.", _sim(lse_scale=1.0)),
+        Mistake("log2e_missing", "Your kernel uses tl.exp2 but did not fold log2(e) into the "
+                "scale, so it computes 2^(s/√D) instead of e^(s/√D): multiply the scale by "
+                "log2(e) = 1.4427... (qk_scale = log2(e)/√D).", _sim(factor=1.0)),
+        Mistake("log2e_twice", "log2(e) enters your scores twice (the scale already holds it "
+                "and you multiplied again), so the softmax is too sharp: fold it in once, "
+                "qk_scale = log2(e)/√D.", _sim(factor=LOG2E * LOG2E)),
+        Mistake("exp_instead_of_exp2", "Your scores are multiplied by log2(e) but exponentiated "
+                "with tl.exp: either use tl.exp2 (the point of folding log2(e) into the scale), or "
+                "drop the log2(e) factor.", _sim(base=math.e)),
+        Mistake("causal_excludes_diagonal", "Your causal mask also hides the diagonal (key i "
+                "from query i), so query 0 sees no key at all (NaN). Keep key j for query i when "
+                "j <= i: keys[None, :] <= rows[:, None].", _sim(diag=-1)),
+        Mistake("causal_one_ahead", _ONE_AHEAD, _sim(diag=1)),
+        *(Mistake(f"causal_one_ahead_block{b}", _ONE_AHEAD, _sim(diag=1, leak_block=b))
+          for b in BLOCKS),
+        *(Mistake(f"{name}_block{b}", message, _sim(block=b, **options))
+          for name, message, options in _BLOCK_MISTAKES for b in BLOCKS),
+    ),
+)

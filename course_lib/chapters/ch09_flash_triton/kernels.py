@@ -1,0 +1,154 @@
+"""The course's Triton kernels and their launchers (needs ``triton``; see the package docstring).
+
+Symbols as in chapter 8: for each query row, ``m`` is the running maximum of the scores seen so
+far, ``ell`` (ℓ) the running sum of their exponentials relative to ``m``, ``acc`` the running,
+un-normalised output O. The flash kernel works in base 2: its scores are multiplied by
+``qk_scale = log2(e) / √D``, so ``exp2(s · qk_scale)`` equals ``exp(s / √D)`` and the kernel needs
+only ``exp2`` (one hardware instruction on a GPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = math.log2(math.e)   # 1 / ln 2
+LN2 = math.log(2.0)
+
+# --------------------------------------------------------------------------- row softmax
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    """One program per row: load the whole row (BLOCK ≥ n_cols), softmax it, store it."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)                     # BLOCK is a power of two ≥ n_cols
+    inside = cols < n_cols                         # the mask: lanes past the row's end do nothing
+    x = tl.load(x_ptr + row * n_cols + cols, mask=inside, other=float("-inf"))
+    m = tl.max(x, axis=0)                          # the row's maximum
+    p = tl.exp(x - m)                              # padded lanes: exp(-inf) = 0
+    tl.store(y_ptr + row * n_cols + cols, p / tl.sum(p, axis=0), mask=inside)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Row softmax of a 2-D tensor, one Triton program per row."""
+    x = x.contiguous()
+    n_rows, n_cols = x.shape
+    y = torch.empty_like(x)
+    softmax_kernel[(n_rows,)](x, y, n_cols, BLOCK=triton.next_power_of_2(n_cols))
+    return y
+
+
+# --------------------------------------------------------------------------- tiled matmul
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program (i, j) computes the (BLOCK_M, BLOCK_N) tile C[i, j] = Σ_k A[i, k] @ B[k, j]."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)      # accumulate in float32
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rows[:, None] * K + ks[None, :],
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * N + cols[None, :],
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)                                 # acc += a @ b
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a (M, K) @ b (K, N)`` with one program per (BLOCK_M, BLOCK_N) tile of the output."""
+    a, b = a.contiguous(), b.contiguous()
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
+    return c
+
+
+# --------------------------------------------------------------------------- FlashAttention-2
+
+
+@triton.jit
+def _attend_blocks(acc, ell, m, q, k_ptr, v_ptr, rows, N, qk_scale, lo, hi,
+                   BLOCK_N: tl.constexpr, D: tl.constexpr, DIAGONAL: tl.constexpr):
+    """Visit the key blocks [lo, hi): the online softmax of chapter 8, in base 2.
+
+    ``DIAGONAL`` tiles straddle the diagonal and need the causal mask; the others do not.
+    """
+    dims = tl.arange(0, D)
+    for start in range(lo, hi, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        real = keys < N                                          # the ragged last block
+        k = tl.load(k_ptr + keys[:, None] * D + dims[None, :], mask=real[:, None], other=0.0)
+        v = tl.load(v_ptr + keys[:, None] * D + dims[None, :], mask=real[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale                    # log2(e) · q kᵀ / √D
+        keep = real[None, :]
+        if DIAGONAL:
+            keep = keep & (keys[None, :] <= rows[:, None])       # key j ≤ query i
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))                 # (eq-online-m)
+        alpha = tl.exp2(m - m_new)                               # re-base the old terms
+        p = tl.exp2(s - m_new[:, None])
+        ell = alpha * ell + tl.sum(p, axis=1)                    # (eq-online-l)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # O ← α·O + P V
+        m = m_new
+    return acc, ell, m
+
+
+@triton.jit
+def flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, qk_scale,
+                     IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     D: tl.constexpr):
+    """Program (i, bh): the BLOCK_M queries of block i of head bh (tensors contiguous)."""
+    block = tl.program_id(0)
+    bh = tl.program_id(1)                                        # batch · heads + head
+    head = bh * N * D                                            # where this head starts
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, D)
+    q = tl.load(q_ptr + head + rows[:, None] * D + dims[None, :], mask=rows[:, None] < N,
+                other=0.0)
+    m = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    ell = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+    if IS_CAUSAL:
+        # blocks wholly below the diagonal: no mask at all
+        acc, ell, m = _attend_blocks(acc, ell, m, q, k_ptr + head, v_ptr + head, rows, N,
+                                     qk_scale, 0, block * BLOCK_M, BLOCK_N, D, False)
+        # the diagonal tile(s): causal mask; blocks above the diagonal are never visited
+        acc, ell, m = _attend_blocks(acc, ell, m, q, k_ptr + head, v_ptr + head, rows, N,
+                                     qk_scale, block * BLOCK_M, (block + 1) * BLOCK_M,
+                                     BLOCK_N, D, True)
+    else:
+        acc, ell, m = _attend_blocks(acc, ell, m, q, k_ptr + head, v_ptr + head, rows, N,
+                                     qk_scale, 0, N, BLOCK_N, D, False)
+    out = acc / ell[:, None]
+    tl.store(o_ptr + head + rows[:, None] * D + dims[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=rows[:, None] < N)
+    # log-sum-exp of the scaled scores, for the backward pass: base 2 → natural log
+    lse = (m + tl.log2(ell)) * 0.6931471805599453                # ln 2
+    tl.store(lse_ptr + bh * N + rows, lse, mask=rows < N)
+
+
+def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+                  block_m: int = 32, block_n: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out (B, H, N, D), lse (B, H, N) float32)``; one program per (query block, batch·head).
+
+    ``block_m`` must be a multiple of ``block_n`` (the diagonal tiles are whole key blocks).
+    """
+    B, H, N, D = q.shape
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, N), dtype=torch.float32)
+    grid = (triton.cdiv(N, block_m), B * H)
+    flash_fwd_kernel[grid](q, k, v, out, lse, N, LOG2E / math.sqrt(D), IS_CAUSAL=is_causal,
+                           BLOCK_M=block_m, BLOCK_N=block_n, D=D)
+    return out, lse

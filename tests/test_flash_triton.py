@@ -1,0 +1,320 @@
+"""Chapter 9: the Triton kernels against course_lib.reference under the interpreter, and the
+checking support (bounds, GPU rules, diagnosed mistakes) on deliberately broken kernels."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_lib import exercises
+from course_lib.attention import reference
+from course_lib.chapters import ch09_flash_triton as chapter
+
+pytestmark = pytest.mark.skipif(not chapter.TRITON_AVAILABLE, reason=chapter.TRITON_MISSING)
+
+if chapter.TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
+
+    from course_lib.chapters.ch09_flash_triton import checking, kernels
+    from course_lib.chapters.ch09_flash_triton import exercises as ch_exercises
+
+LN2 = math.log(2.0)
+LOG2E = math.log2(math.e)
+
+
+def _qkv(b, h, n, d, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(b, h, n, d, generator=g).to(dtype) for _ in range(3))
+
+
+def _lse(q, k, causal):
+    s = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return s.logsumexp(-1)
+
+
+# ------------------------------------------------------------------ the reference kernels
+
+
+def test_interpreter_is_on_without_a_gpu():
+    assert chapter.INTERPRETED and checking.installed()
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n,blocks", [(37, (32, 32)), (5, (16, 16)), (50, (32, 16))])
+def test_flash_forward_matches_reference(dtype, tol, causal, n, blocks):
+    q, k, v = _qkv(1, 2, n, 16, dtype)
+    out, lse = kernels.flash_forward(q, k, v, causal, *blocks)
+    want = reference.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                  is_causal=causal)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (1, 2, n)
+    torch.testing.assert_close(out.double(), want, atol=tol, rtol=tol)
+    torch.testing.assert_close(lse.double(), _lse(q, k, causal), atol=tol, rtol=tol)
+
+
+def test_softmax_and_matmul_kernels():
+    x = torch.randn(5, 37)
+    torch.testing.assert_close(kernels.softmax(x), torch.softmax(x, -1))
+    for dt in (torch.float32, torch.float16):
+        a, b = torch.randn(33, 40).to(dt), torch.randn(40, 17).to(dt)
+        torch.testing.assert_close(kernels.matmul(a, b).double(), a.double() @ b.double(),
+                                   atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("exercise_id,fn", [
+    ("triton_softmax", "triton_softmax"), ("triton_matmul", "triton_matmul"),
+    ("triton_flash_forward", "triton_flash_forward")])
+def test_solutions_pass(exercise_id, fn):
+    r = exercises.check(exercise_id, getattr(ch_exercises, fn), record=False, seed=1)
+    assert r.passed, r.message
+
+
+# ------------------------------------------------------------------ bounds and GPU rules
+
+
+if chapter.TRITON_AVAILABLE:
+    @triton.jit
+    def _copy_unmasked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs), mask=offs < n)
+
+    @triton.jit
+    def _copy_store_unmasked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n))
+
+    @triton.jit
+    def _copy_masked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    @triton.jit
+    def _dot_k8(a_ptr, c_ptr, K: tl.constexpr):
+        r = tl.arange(0, 16)
+        ks = tl.arange(0, K)
+        a = tl.load(a_ptr + r[:, None] * K + ks[None, :])
+        tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, tl.trans(a)))
+
+    @triton.jit
+    def _with_break(x_ptr):
+        for i in range(4):
+            if i == 2:
+                break
+        tl.store(x_ptr, torch.exp(1.0))
+
+
+def test_unmasked_load_past_the_end_is_refused_with_program_id_and_offset():
+    x, y = torch.randn(20), torch.empty(20)
+    with pytest.raises(checking.OutOfBounds) as e:
+        _copy_unmasked[(2,)](x, y, 20, BLOCK=16)
+    msg = str(e.value)
+    assert "tl.load reads outside the tensor `x_ptr`" in msg
+    assert "program id (1, 0, 0)" in msg and "element offset 20" in msg and "20 elements" in msg
+
+
+def test_unmasked_store_is_refused():
+    x, y = torch.randn(20), torch.empty(20)
+    with pytest.raises(checking.OutOfBounds, match="tl.store writes outside the tensor `y_ptr`"):
+        _copy_store_unmasked[(2,)](x, y, 20, BLOCK=16)
+
+
+def test_masked_access_passes():
+    x, y = torch.randn(20), torch.empty(20)
+    _copy_masked[(2,)](x, y, 20, BLOCK=16)
+    assert torch.equal(x, y)
+
+
+def test_dot_with_small_k_for_16_bit_inputs_is_refused():
+    a = torch.randn(16, 8).half()
+    with pytest.raises(checking.GpuConstraint, match="K ≥ 16 on a GPU.*K = 8"):
+        _dot_k8[(1,)](a, torch.empty(16, 16), 8)
+    _dot_k8[(1,)](a.float(), torch.empty(16, 16), 8)      # float32: K ≥ 8 is enough
+
+
+def test_source_rules_are_read_statically():
+    problems = checking.gpu_source_problems(_with_break)
+    assert any("`break`" in p for p in problems) and any("torch.exp" in p for p in problems)
+    assert checking.gpu_source_problems(kernels.flash_fwd_kernel) == []
+    with pytest.raises(checking.GpuConstraint, match="would not compile for a GPU"):
+        _with_break[(1,)](torch.zeros(1))
+
+
+def test_non_power_of_two_block_is_refused_by_the_interpreter():
+    with pytest.raises(Exception, match="power of 2"):
+        _copy_masked[(2,)](torch.randn(20), torch.empty(20), 20, BLOCK=12)
+
+
+# ------------------------------------------------------------------ diagnosed mistakes
+
+
+if chapter.TRITON_AVAILABLE:
+    @triton.jit
+    def _buggy_flash(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, qk_scale,
+                     IS_CAUSAL: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr,
+                     MASK_LOADS: tl.constexpr, MASK_SCORES: tl.constexpr,
+                     RESCALE_ACC: tl.constexpr, RESCALE_L: tl.constexpr, USE_EXP: tl.constexpr,
+                     DIAG: tl.constexpr, WRITE_LSE: tl.constexpr, LSE_SCALE: tl.constexpr):
+        block = tl.program_id(0)
+        head = tl.program_id(1) * N * D
+        rows = block * BLOCK + tl.arange(0, BLOCK)
+        dims = tl.arange(0, D)
+        q = tl.load(q_ptr + head + rows[:, None] * D + dims[None, :], mask=rows[:, None] < N,
+                    other=0.0)
+        m = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
+        ell = tl.zeros((BLOCK,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK, D), dtype=tl.float32)
+        hi = (block + 1) * BLOCK if IS_CAUSAL else N
+        for start in range(0, hi, BLOCK):
+            keys = start + tl.arange(0, BLOCK)
+            if MASK_LOADS:
+                k = tl.load(k_ptr + head + keys[:, None] * D + dims[None, :],
+                            mask=keys[:, None] < N, other=0.0)
+                v = tl.load(v_ptr + head + keys[:, None] * D + dims[None, :],
+                            mask=keys[:, None] < N, other=0.0)
+            else:
+                k = tl.load(k_ptr + head + keys[:, None] * D + dims[None, :])
+                v = tl.load(v_ptr + head + keys[:, None] * D + dims[None, :])
+            s = tl.dot(q, tl.trans(k)) * qk_scale
+            if MASK_SCORES:
+                s = tl.where(keys[None, :] < N, s, float("-inf"))
+            if IS_CAUSAL:
+                s = tl.where(keys[None, :] <= rows[:, None] + DIAG, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            if USE_EXP:
+                alpha = tl.exp(m - m_new)
+                p = tl.exp(s - m_new[:, None])
+            else:
+                alpha = tl.exp2(m - m_new)
+                p = tl.exp2(s - m_new[:, None])
+            if RESCALE_L:
+                ell = alpha * ell + tl.sum(p, axis=1)
+            else:
+                ell = ell + tl.sum(p, axis=1)
+            if RESCALE_ACC:
+                acc = acc * alpha[:, None] + tl.dot(p, v)
+            else:
+                acc = acc + tl.dot(p, v)
+            m = m_new
+        tl.store(o_ptr + head + rows[:, None] * D + dims[None, :], acc / ell[:, None],
+                 mask=rows[:, None] < N)
+        if WRITE_LSE:
+            tl.store(lse_ptr + tl.program_id(1) * N + rows, (m + tl.log2(ell)) * LSE_SCALE,
+                     mask=rows < N)
+
+
+def _buggy(block=32, factor=LOG2E, **bugs):
+    flags = dict(MASK_LOADS=True, MASK_SCORES=True, RESCALE_ACC=True, RESCALE_L=True,
+                 USE_EXP=False, DIAG=0, WRITE_LSE=True, LSE_SCALE=LN2)
+    flags.update(bugs)
+
+    def flash_forward(q, k, v, is_causal=False):
+        B, H, N, D = q.shape
+        out = torch.empty_like(q)
+        lse = torch.zeros((B, H, N), dtype=torch.float32)
+        _buggy_flash[(triton.cdiv(N, block), B * H)](
+            q, k, v, out, lse, N, factor / math.sqrt(D), IS_CAUSAL=is_causal, BLOCK=block, D=D,
+            **flags)
+        return out, lse
+    return flash_forward
+
+
+def test_the_buggy_kernel_without_bugs_passes():
+    r = exercises.check("triton_flash_forward", _buggy(), record=False, seed=2)
+    assert r.passed, r.message
+
+
+@pytest.mark.parametrize("mistake,fn", [
+    ("scores_not_masked_block32", lambda: _buggy(MASK_SCORES=False)),
+    ("output_not_rescaled_block16", lambda: _buggy(block=16, RESCALE_ACC=False)),
+    ("sum_not_rescaled_block32", lambda: _buggy(RESCALE_L=False)),
+    ("log2e_missing", lambda: _buggy(factor=1.0)),
+    ("log2e_twice", lambda: _buggy(factor=math.log2(math.e) ** 2)),
+    ("exp_instead_of_exp2", lambda: _buggy(USE_EXP=True)),
+    ("lse_not_written", lambda: _buggy(WRITE_LSE=False)),
+    ("lse_base_2", lambda: _buggy(LSE_SCALE=1.0)),
+    ("causal_excludes_diagonal", lambda: _buggy(DIAG=-1)),
+    ("causal_one_ahead_block32", lambda: _buggy(DIAG=1)),
+])
+def test_flash_mistakes_are_diagnosed(mistake, fn):
+    r = exercises.check("triton_flash_forward", fn(), record=False, seed=3)
+    assert not r.passed and r.mistake == mistake, r.message
+    declared = {m.id: m.message for m in ch_exercises.TRITON_FLASH_FORWARD.mistakes}
+    assert r.message.startswith(declared[mistake])
+
+
+def test_flash_unmasked_last_block_is_refused_as_out_of_bounds():
+    r = exercises.check("triton_flash_forward", _buggy(MASK_LOADS=False, MASK_SCORES=False),
+                        record=False, seed=4)
+    assert not r.passed and "tl.load reads outside the tensor `k_ptr`" in r.message, r.message
+    assert "program id (0, 1, 0)" in r.message, r.message   # head 1 reads past k's end
+    assert "in _buggy_flash: k = tl.load(" in r.message and "_check_access" not in r.message
+
+
+def test_attention_in_torch_is_refused():
+    def cheat(q, k, v, is_causal=False):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return torch.softmax(s, -1) @ v, s.logsumexp(-1)
+    r = exercises.check("triton_flash_forward", cheat, record=False)
+    assert r.mistake == "forbidden_call"
+    r = exercises.check("triton_matmul", lambda a, b: a @ b, record=False)
+    assert r.mistake == "forbidden_call" and "matrix products" in r.message
+
+
+@pytest.mark.parametrize("exercise_id,mistake,fn", [
+    ("triton_softmax", "masked_lanes_zero", "pad_zero"),
+    ("triton_softmax", "no_max_shift", "no_shift"),
+    ("triton_matmul", "accumulator_overwritten_k16", "overwrite"),
+])
+def test_warm_up_mistakes_are_diagnosed(exercise_id, mistake, fn):
+    r = exercises.check(exercise_id, _WARM_UPS[fn], record=False, seed=5)
+    assert not r.passed and r.mistake == mistake, r.message
+
+
+if chapter.TRITON_AVAILABLE:
+    @triton.jit
+    def _softmax_bug(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
+                     OTHER: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=OTHER)
+        if SHIFT:
+            x = x - tl.max(x, axis=0)
+        p = tl.exp(x)
+        tl.store(y_ptr + row * n_cols + cols, p / tl.sum(p, axis=0), mask=cols < n_cols)
+
+    @triton.jit
+    def _matmul_overwrite(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK):
+            ks = k0 + tl.arange(0, BLOCK)
+            a = tl.load(a_ptr + rows[:, None] * K + ks[None, :],
+                        mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + ks[:, None] * N + cols[None, :],
+                        mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+            acc = tl.dot(a, b)
+        tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+    def _softmax_launch(shift, other):
+        def softmax(x):
+            y = torch.empty_like(x)
+            _softmax_bug[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(
+                x.shape[1]), SHIFT=shift, OTHER=other)
+            return y
+        return softmax
+
+    def _overwrite(a, b):
+        c = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
+        grid = (triton.cdiv(a.shape[0], 16), triton.cdiv(b.shape[1], 16))
+        _matmul_overwrite[grid](a, b, c, a.shape[0], b.shape[1], a.shape[1], BLOCK=16)
+        return c
+
+    _WARM_UPS = {"pad_zero": _softmax_launch(True, 0.0),
+                 "no_shift": _softmax_launch(False, float("-inf")), "overwrite": _overwrite}
