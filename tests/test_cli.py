@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from course_lib.exercises import list_exercises, load_progress
+from course_lib.exercises import load_progress
 
 from course_lib.__main__ import _EXTRA_COMMANDS, add_command, main
 from course_lib.toolkit.checking._registry import registry
