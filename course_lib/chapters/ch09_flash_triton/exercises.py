@@ -24,6 +24,9 @@ from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 from . import TRITON_AVAILABLE, TRITON_MISSING
 
+#: The checker's bounds checks run inside the learner's kernel launch: calls into them are allowed.
+CHECKING = f"{__package__}.checking"
+
 if TRITON_AVAILABLE:
     import triton
 
@@ -91,6 +94,7 @@ def _softmax_pad_zero(x):
 TRITON_SOFTMAX = Exercise(
     id="triton_softmax",
     chapter=CHAPTER,
+    allowed_course_calls=(CHECKING,),
     title="A row-softmax kernel",
     signature="triton_softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
     params=("x",),
@@ -168,6 +172,7 @@ def _last_k_block(block_k: int):
 TRITON_MATMUL = Exercise(
     id="triton_matmul",
     chapter=CHAPTER,
+    allowed_course_calls=(CHECKING,),
     title="A tiled matmul kernel with tl.dot",
     signature="triton_matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
     params=("a", "b"),
@@ -327,6 +332,7 @@ _ONE_AHEAD = ("Your causal mask lets query i see key i + 1, one step into the fu
 TRITON_FLASH_FORWARD = Exercise(
     id="triton_flash_forward",
     chapter=CHAPTER,
+    allowed_course_calls=(CHECKING,),
     title="The FlashAttention-2 forward kernel",
     signature=("triton_flash_forward(q, k, v (B, H, N, D) float32, is_causal=False) "
                "-> (out, lse (B, H, N))"),
