@@ -36,10 +36,12 @@ def test_every_unchecked_cell_says_why(path: Path) -> None:
 
 
 def test_few_cells_are_unchecked() -> None:
-    ignored = sum(len(_ignored(p)) for p in NOTEBOOKS)
-    total = sum(len(_code_cells(p)) for p in NOTEBOOKS)
-    # One explorer per chapter (widget ids) plus a handful of machine facts.
-    assert ignored <= len(NOTEBOOKS) + 8, f"{ignored} of {total} code cells skip nbval"
+    firsts = [("".join(c["source"]).splitlines() or [""])[0] for p in NOTEBOOKS for c in _ignored(p)]
+    widgets = [f for f in firsts if "widget model ids" in f]
+    machine = [f for f in firsts if f.startswith("# machine-dependent")]
+    assert len(widgets) + len(machine) == len(firsts), "every skip is a widget or a machine fact"
+    assert len(widgets) <= len(NOTEBOOKS)              # one explorer per chapter
+    assert len(machine) <= 10, f"{len(machine)} machine-dependent cells: print what is robust"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
