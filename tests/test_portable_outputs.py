@@ -36,7 +36,8 @@ def test_every_unchecked_cell_says_why(path: Path) -> None:
 
 
 def test_few_cells_are_unchecked() -> None:
-    firsts = [("".join(c["source"]).splitlines() or [""])[0] for p in NOTEBOOKS for c in _ignored(p)]
+    firsts = [("".join(c["source"]).splitlines() or [""])[0]
+              for p in NOTEBOOKS for c in _ignored(p)]
     widgets = [f for f in firsts if "widget model ids" in f]
     machine = [f for f in firsts if f.startswith("# machine-dependent")]
     assert len(widgets) + len(machine) == len(firsts), "every skip is a widget or a machine fact"
