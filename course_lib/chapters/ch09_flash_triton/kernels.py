@@ -1,4 +1,7 @@
-"""The course's Triton kernels and their launchers (needs ``triton``; see the package docstring).
+"""The course's Triton kernels and the flash launcher (needs ``triton``; see the package docstring).
+
+The warm-up kernels are launched by the exercises' reference solutions (``exercises.py``), so each
+launcher exists once.
 
 Symbols as in chapter 8: for each query row, ``m`` is the running maximum of the scores seen so
 far, ``ell`` (ℓ) the running sum of their exponentials relative to ``m``, ``acc`` the running,
@@ -33,15 +36,6 @@ def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
     tl.store(y_ptr + row * n_cols + cols, p / tl.sum(p, axis=0), mask=inside)
 
 
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Row softmax of a 2-D tensor, one Triton program per row."""
-    x = x.contiguous()
-    n_rows, n_cols = x.shape
-    y = torch.empty_like(x)
-    softmax_kernel[(n_rows,)](x, y, n_cols, BLOCK=triton.next_power_of_2(n_cols))
-    return y
-
-
 # --------------------------------------------------------------------------- tiled matmul
 
 
@@ -61,17 +55,6 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc = tl.dot(a, b, acc)                                 # acc += a @ b
     tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty),
              mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a (M, K) @ b (K, N)`` with one program per (BLOCK_M, BLOCK_N) tile of the output."""
-    a, b = a.contiguous(), b.contiguous()
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype)
-    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
-    matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
-    return c
 
 
 # --------------------------------------------------------------------------- FlashAttention-2
