@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from course_lib import exercises
-from course_lib.chapters.ch11_capstone import exercises as ch11_capstone
+from course_lib.chapters.ch12_capstone import exercises as ch12_capstone
 
 
 @pytest.fixture(autouse=True)
@@ -16,14 +16,14 @@ def _progress_in_tmp(tmp_path, monkeypatch):
 
 def test_listed_for_the_capstone() -> None:
     ids = {e["id"]: e for e in exercises.list_exercises()}
-    assert ids["induction_score"]["chapter"] == "11_capstone"
+    assert ids["induction_score"]["chapter"] == "12_capstone"
 
 
 def test_solution_passes_and_mistakes_are_diagnosed(monkeypatch) -> None:
     # the course's own solution and mistakes live in course_lib: allow calls into it here
-    monkeypatch.setattr(ch11_capstone.INDUCTION_SCORE, "allowed_course_calls", ("course_lib",))
-    assert exercises.check("induction_score", ch11_capstone.induction_score).passed
-    for mistake in ch11_capstone.INDUCTION_SCORE.mistakes:
+    monkeypatch.setattr(ch12_capstone.INDUCTION_SCORE, "allowed_course_calls", ("course_lib",))
+    assert exercises.check("induction_score", ch12_capstone.induction_score).passed
+    for mistake in ch12_capstone.INDUCTION_SCORE.mistakes:
         result = exercises.check("induction_score", mistake.fn)
         assert not result.passed
         assert result.mistake == mistake.id

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.chapters.ch11_capstone import explorer as cap_widgets
-from course_lib.chapters.ch11_capstone import probes, train
+from course_lib.chapters.ch12_capstone import explorer as cap_widgets
+from course_lib.chapters.ch12_capstone import probes, train
 
 
 @pytest.fixture(scope="module")

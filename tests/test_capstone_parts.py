@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.chapters.ch11_capstone import exercises as ch11_capstone
-from course_lib.chapters.ch11_capstone import probes, tasks
-from course_lib.chapters.ch11_capstone.model import TinyTransformer, sinusoidal_positions
+from course_lib.chapters.ch12_capstone import exercises as ch12_capstone
+from course_lib.chapters.ch12_capstone import probes, tasks
+from course_lib.chapters.ch12_capstone.model import TinyTransformer, sinusoidal_positions
 
 # ------------------------------------------------------------------------------------ tasks
 
@@ -122,7 +122,7 @@ def test_induction_score_matches_the_exercise_solution_and_batches() -> None:
     assert got.shape == (3, 2)
     for b in range(3):
         for h in range(2):
-            want = ch11_capstone.induction_score(maps[b, h], 4)
+            want = ch12_capstone.induction_score(maps[b, h], 4)
             assert abs(got[b, h].item() - want) < 1e-6
 
 
@@ -133,8 +133,8 @@ def test_attention_mass() -> None:
 
 
 def test_configs_choose_the_positional_encoding() -> None:
-    from course_lib.chapters.ch11_capstone import train as capstone_train
-    from course_lib.chapters.ch11_capstone.model import sinusoidal_positions
+    from course_lib.chapters.ch12_capstone import train as capstone_train
+    from course_lib.chapters.ch12_capstone.model import sinusoidal_positions
     cfg = capstone_train.InductionConfig(positional="sinusoidal")
     model = capstone_train.induction_model(cfg)
     assert model.positional == "sinusoidal" and not isinstance(model.pos, torch.nn.Parameter)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.chapters.ch11_capstone import evaluate, train
+from course_lib.chapters.ch12_capstone import evaluate, train
 
 T = evaluate.THRESHOLDS
 SEEDS = [1, 2]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from course_lib import IMPLEMENTATIONS
 from course_lib.attention import positions as pos
-from course_lib.chapters.ch11_capstone import model as capstone_model
+from course_lib.chapters.ch12_capstone import model as capstone_model
 
 
 def _complex_rope(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:

@@ -39,7 +39,7 @@ CHAPTERS = {
     "08_flash": ("Flash", "tiling + online softmax", "fast"),
     "09_flash_triton": ("Flash in Triton", "write the kernel", "fast"),
     "10_inference": ("Inference", "KV cache, GQA, windows", "work"),
-    "11_capstone": ("Capstone", "watch attention learn", "work"),
+    "12_capstone": ("Capstone", "watch attention learn", "work"),
 }
 
 COLS, BOX_W, BOX_H, GAP_X, ROW_H, LEFT, TOP = 4, 218, 74, 30, 138, 24, 60

@@ -48,7 +48,7 @@ module-level :class:`Exercise` objects; :func:`list_exercises` discovers every s
         return x
 
     DOUBLE = Exercise(
-        id="double", chapter="11_capstone", title="Double a tensor",
+        id="double", chapter="12_capstone", title="Double a tensor",
         signature="double(x (..., n)) -> (..., n)", params=("x",),
         cases=_cases, oracle=lambda x: x * 2, solution=double,
         hints=("Multiply.", "Return 2 * x."),

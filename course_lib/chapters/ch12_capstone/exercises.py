@@ -67,7 +67,7 @@ def _transposed(attn, period):
 
 INDUCTION_SCORE = Exercise(
     id="induction_score",
-    chapter="11_capstone",
+    chapter="12_capstone",
     title="The induction score of an attention map",
     signature="induction_score(attn (N, N), period) -> float (or a 0-d tensor)",
     params=("attn", "period"),
