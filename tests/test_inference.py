@@ -174,3 +174,26 @@ def test_batched_decoding_of_left_padded_prompts_equals_decoding_each_alone(rope
                       position_ids=pos)[:, -1]
     assert torch.allclose(logits[0], want[0])
     assert all(not torch.allclose(logits[b], want[b]) for b in (1, 2, 3))
+
+
+def test_decode_intensity_is_two_h_over_hkv_bytes():
+    for h_kv in (32, 8, 1):
+        r = helpers.decode_intensity(32, h_kv, 128, 10**6, bytes_per_element=2)
+        assert r["FLOPs"] == 4 * 32 * 128 * 10**6
+        assert abs(r["FLOP/byte"] - 32 / h_kv) < 1e-3 * 32 / h_kv
+    short = helpers.decode_intensity(4, 4, 8, 1, bytes_per_element=4)
+    assert short["bytes"] == (2 * 4 * 8 + 2 * 4 * 8) * 4
+
+
+def test_grouped_decode_attention_is_gqa_without_copies():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 1, 16, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 9, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert torch.allclose(helpers.grouped_decode_attention(q, k, v), want)
+    grouped = lambda q, k, v, **kw: helpers.grouped_decode_attention(q[..., :1, :], k, v[..., :4])  # noqa: E731
+    assert helpers.kv_copies(grouped) == []
+    copying = lambda q, k, v, **kw: F.scaled_dot_product_attention(  # noqa: E731
+        q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    assert helpers.kv_copies(copying)

@@ -356,3 +356,88 @@ def results_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                      "speed-up": r["tokens_per_s_cached"] / r["tokens_per_s_uncached"],
                      "cache KiB": r["cache_bytes"] / 1024})
     return rows
+
+
+# --------------------------------------------------------------------------- GQA: copies of K/V
+
+
+def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int = 5,
+              E: int = 4, Ev: int = 6) -> list[str]:
+    """The aten ops ``attend(q, k, v, enable_gqa=True)`` runs that *materialise* keys or values
+    for all ``H`` query heads: non-view ops whose output has ``B·H·S·E`` or ``B·H·S·Ev``
+    elements (a view or ``expand`` of ``k``/``v`` does not count). The default sizes make those
+    counts unambiguous (no other tensor has them). Recorded with ``TorchDispatchMode``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, L, E, generator=g)
+    k, v = torch.randn(B, H_kv, S, E, generator=g), torch.randn(B, H_kv, S, Ev, generator=g)
+    sizes = {B * H * S * E, B * H * S * Ev}
+    found: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else (out,):
+                if isinstance(t, torch.Tensor) and t.numel() in sizes and not func.is_view:
+                    found.append(str(func.overloadpacket.__name__))
+            return out
+
+    with Record():
+        attend(q, k, v, enable_gqa=True)
+    return found
+
+
+# --------------------------------------------------------------------------- decode roofline
+
+# Datasheet peaks (dense, no sparsity) and memory bandwidths: NVIDIA H100 SXM5 (bf16 989.4
+# TFLOP/s, HBM3 3.35 TB/s) and A100 SXM4 80GB (bf16 312 TFLOP/s, HBM2e 2.039 TB/s).
+GPU_DATASHEETS = {"H100 SXM, bf16": (989.4e12, 3.35e12), "A100 SXM 80GB, bf16": (312e12, 2.039e12)}
+
+
+def decode_intensity(heads: int, kv_heads: int, head_dim: int, cache: int,
+                     bytes_per_element: int = 2) -> dict[str, float]:
+    """FLOPs and bytes of the attention of ONE new token over ``cache`` cached tokens, one layer.
+
+    FLOPs ``4·H·E·S`` (``q·kᵀ`` and ``p·v``, a multiply-add = 2; softmax not counted). Bytes:
+    the cached K and V read once, ``2·H_kv·S·E``, plus the query and output, ``2·H·E``, times
+    the element size. Intensity → ``2·H / (H_kv · bytes)`` for a long cache."""
+    flops = 4 * heads * head_dim * cache
+    nbytes = (2 * kv_heads * cache * head_dim + 2 * heads * head_dim) * bytes_per_element
+    return {"FLOPs": flops, "bytes": nbytes, "FLOP/byte": flops / nbytes}
+
+
+def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One new token's attention with ``H_kv`` shared heads and no copy of K/V: ``q (B, H, 1, E)``
+    is viewed as ``(B, H_kv, H/H_kv, E)`` so each group's queries meet their one K/V head in a
+    batched matmul. ``k, v (B, H_kv, S, E)`` → ``(B, H, 1, E)``."""
+    B, H, _, E = q.shape
+    H_kv = k.shape[1]
+    qg = q.reshape(B, H_kv, H // H_kv, E)
+    p = torch.softmax(qg @ k.transpose(-2, -1) / math.sqrt(E), dim=-1)
+    return (p @ v).reshape(B, H, 1, v.shape[-1])
+
+
+def time_decode_step(heads: int, kv_heads: int, head_dim: int, cache: int, rounds: int = 7,
+                     dtype: torch.dtype = torch.float32) -> float:
+    """Best-of-``rounds`` seconds of :func:`grouped_decode_attention` for one token over a
+    cache of ``cache`` tokens (the same FLOPs for every ``kv_heads``)."""
+    import time
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, heads, 1, head_dim, generator=g, dtype=dtype)
+    k = torch.randn(1, kv_heads, cache, head_dim, generator=g, dtype=dtype)
+    v = torch.randn(1, kv_heads, cache, head_dim, generator=g, dtype=dtype)
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        grouped_decode_attention(q, k, v)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def committed_matmul_rate() -> float:
+    """FLOP/s of the best float32 matmul in the committed CPU benchmark
+    (``course_lib/toolkit/bench/results/cpu-float32.json``)."""
+    path = resources.files("course_lib.toolkit.bench") / "results" / "cpu-float32.json"
+    return json.loads(path.read_text())["meta"]["matmul"]["gflops_best"] * 1e9
