@@ -123,6 +123,7 @@ def test_sinks_keep_exactly_the_first_tokens_and_the_window(window, sinks, chunk
         assert keys[0, 0, :, 0].tolist() == want                   # the tokens' own keys
         assert values[1, 2, :, 0].tolist() == [2 * p for p in want]
         assert len(cache) == len(want) <= sinks + window and cache.seen == n
+        assert cache.nbytes == len(want) * 2 * 3 * (2 + 1) * 8      # B=2, H=3, E=2, Ev=1
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))

@@ -155,12 +155,10 @@ class KVCache:
             return self._k[..., :n, :], self._v[..., :n, :]
         n_sink = min(self.seen, self.sinks)
         rolled = self._rolled
-        k = v = None
-        if self._k is None:
-            pass
-        elif rolled <= self.window:
+        k = v = None                              # the window part (None: nothing rolled)
+        if self._k is not None and rolled <= self.window:
             k, v = self._k[..., :rolled, :], self._v[..., :rolled, :]
-        else:
+        elif self._k is not None:
             start = rolled % self.window          # the oldest slot
             order = torch.cat([torch.arange(start, self.window), torch.arange(0, start)])
             order = order.to(self._k.device)
