@@ -144,3 +144,56 @@ def test_explorer_counts_cells():
     assert len(fig.axes) == 2
     assert explorer.draw_decoding(matplotlib.pyplot.figure(), 5, "on", "3") == 3
     matplotlib.pyplot.close("all")
+
+
+# --------------------------------------------------------------------------- per-row positions
+
+
+@pytest.mark.parametrize("rope", [True, False])
+def test_batched_decoding_of_left_padded_prompts_equals_decoding_each_alone(rope):
+    """Issue 27: left padding + pad keys hidden + per-row position_ids give every row the
+    tokens it gets alone (cached and uncached), for rotary and for learned positions."""
+    model = helpers.TinyGPT(vocab=50, dim=32, heads=4, layers=2, seed=3, rope=rope).double()
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 50, (n,), generator=g) for n in (7, 3, 5, 1)]
+    alone = [helpers.generate_cached(model, p[None], 8).tokens[0].tolist() for p in prompts]
+    batched = helpers.generate_batched(model, prompts, 8)
+    assert batched.tolist() == alone
+    assert helpers.generate_uncached(model, prompts[1][None], 8).tokens[0].tolist() == alone[1]
+    shared = helpers.generate_batched(model, prompts, 8, per_row_positions=False).tolist()
+    if rope:      # RoPE sees only m - n: one shared offset shifts a row's positions equally
+        assert shared == alone
+    else:         # a learned table: the short rows read the wrong rows of it
+        assert shared[0] == alone[0] and shared[1:] != alone[1:]
+    # without hiding the pad keys the short rows attend to pads and change
+    tokens, real = helpers.left_pad(prompts)
+    no_hide = helpers.padded_attention(torch.ones_like(real))
+    pos = (real.long().cumsum(1) - 1).clamp(min=0)
+    logits = model.step(tokens, model.new_caches(), no_hide, position_ids=pos)[:, -1]
+    want = model.step(tokens, model.new_caches(), helpers.padded_attention(real),
+                      position_ids=pos)[:, -1]
+    assert torch.allclose(logits[0], want[0])
+    assert all(not torch.allclose(logits[b], want[b]) for b in (1, 2, 3))
+
+
+def test_decode_intensity_is_two_h_over_hkv_bytes():
+    for h_kv in (32, 8, 1):
+        r = helpers.decode_intensity(32, h_kv, 128, 10**6, bytes_per_element=2)
+        assert r["FLOPs"] == 4 * 32 * 128 * 10**6
+        assert abs(r["FLOP/byte"] - 32 / h_kv) < 1e-3 * 32 / h_kv
+    short = helpers.decode_intensity(4, 4, 8, 1, bytes_per_element=4)
+    assert short["bytes"] == (2 * 4 * 8 + 2 * 4 * 8) * 4
+
+
+def test_grouped_decode_attention_is_gqa_without_copies():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 1, 16, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 9, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert torch.allclose(helpers.grouped_decode_attention(q, k, v), want)
+    grouped = lambda q, k, v, **kw: helpers.grouped_decode_attention(q[..., :1, :], k, v[..., :4])  # noqa: E731
+    assert helpers.kv_copies(grouped) == []
+    copying = lambda q, k, v, **kw: F.scaled_dot_product_attention(  # noqa: E731
+        q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1))
+    assert helpers.kv_copies(copying)

@@ -104,3 +104,42 @@ def test_kv_cache_bytes_of_llama2_7b():
     # 32 layers, 32 kv heads of width 128, float16: 0.5 MiB per token
     assert kv_cache_bytes(1, 32, 32, 128, 2) == 2**19
     assert kv_cache_bytes(4096, 32, 8, 128, 2, batch=2) == 2 * 4096 * 2**17
+
+
+# --------------------------------------------------------------------------- attention sinks
+
+
+@pytest.mark.parametrize(("window", "sinks"), [(3, 1), (4, 2), (2, 4), (20, 3), (1, 1)])
+@pytest.mark.parametrize("chunks", [CHUNKS, [(i, i + 1) for i in range(11)], [(0, 11)]])
+def test_sinks_keep_exactly_the_first_tokens_and_the_window(window, sinks, chunks):
+    k = torch.arange(11, dtype=torch.float64).reshape(1, 1, 11, 1).expand(2, 3, 11, 2)
+    cache = KVCache(window=window, sinks=sinks)
+    for a, b in chunks:
+        cache.append(k[..., a:b, :], 2 * k[..., a:b, :1])
+        n = b
+        want = sorted(set(range(min(n, sinks))) | set(range(max(sinks, n - window), n)))
+        assert cache.positions().tolist() == want
+        keys, values = cache.view()
+        assert keys[0, 0, :, 0].tolist() == want                   # the tokens' own keys
+        assert values[1, 2, :, 0].tolist() == [2 * p for p in want]
+        assert len(cache) == len(want) <= sinks + window and cache.seen == n
+        assert cache.nbytes == len(want) * 2 * 3 * (2 + 1) * 8      # B=2, H=3, E=2, Ev=1
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+@pytest.mark.parametrize(("window", "sinks"), [(3, 2), (5, 1), (1, 4)])
+def test_decoding_with_sinks_equals_attention_under_the_sink_mask(impl, window, sinks):
+    """Query i sees keys j <= i with i - window < j, or j < sinks (StreamingLLM's mask)."""
+    q, k, v = _qkv()
+    i, j = torch.arange(11)[:, None], torch.arange(11)[None, :]
+    mask = (j <= i) & ((j > i - window) | (j < sinks))
+    full = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    out = _decode(q, k, v, KVCache(window=window, sinks=sinks), impl, gqa=True)
+    torch.testing.assert_close(out, full)
+
+
+def test_sinks_need_a_window():
+    with pytest.raises(ValueError, match="needs a window"):
+        KVCache(sinks=2)
+    with pytest.raises(ValueError, match="sinks"):
+        KVCache(window=4, sinks=-1)

@@ -126,3 +126,22 @@ def test_explorer_frames():
     fig = ex.render()
     assert len(fig.axes) == len(pw.PAIRS) + 1
     plt.close(fig)
+
+
+def test_scaling_methods_change_the_pairs_the_papers_say():
+    from course_lib.chapters.ch05_positions import helpers as h
+    m = h.scaling_methods(64, 512, 4.0, 2048)
+    theta = m["none"]
+    assert torch.allclose(m["linear (position interpolation)"], theta / 4)
+    ntk = m["NTK-aware base"] / theta
+    assert ntk[0] == 1 and torch.isclose(ntk[-1], torch.tensor(0.25, dtype=torch.float64))
+    rows = {r["method"]: r for r in h.scaling_rows(64, 512, 4.0, 2048)}
+    assert rows["linear (position interpolation)"]["pairs with unseen angles"] == 0
+    assert rows["none"]["pairs with unseen angles"] == h.unseen_angle_pairs(64, 512, 2048)[
+        "unseen"] == 16
+    for r in rows.values():
+        assert r["pairs kept"] + r["pairs divided by s"] + r["pairs in between"] == 32
+    # a pair just inside the trained range is not unseen; one step further is
+    t = torch.tensor([0.001], dtype=torch.float64)
+    assert not h.unseen_after_scaling(t, t, 512, 512)[0]
+    assert h.unseen_after_scaling(t, t, 512, 514)[0]

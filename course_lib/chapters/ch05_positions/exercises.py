@@ -200,3 +200,100 @@ ALIBI_BIAS = Exercise(
                 lambda H, L, S: _alibi_with(H, L, S, slopes="reversed")),
     ),
 )
+
+# --------------------------------------------------------------------------- llama3_frequencies
+
+
+def _llama3_cases(gen: torch.Generator) -> list[Case]:
+    return [
+        Case("Llama 3.1 8B: E=128, base 500000, factor 8, M=8192",
+             (128, 500000.0, 8.0, 1.0, 4.0, 8192)),
+        Case("E=64, base 10000, factor 4, M=512", (64, 10000.0, 4.0, 1.0, 4.0, 512)),
+        Case("E=32, factor 2, low 2, high 8, M=1024", (32, 10000.0, 2.0, 2.0, 8.0, 1024)),
+        Case("factor 1: nothing changes", (16, 10000.0, 1.0, 1.0, 4.0, 64)),
+    ]
+
+
+def _llama3_oracle(E, base, factor, low_freq_factor, high_freq_factor,
+                   original_max_position_embeddings):
+    from course_lib.attention.positions import scaled_rope_frequencies
+    return scaled_rope_frequencies(E, base, {
+        "rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
+        "high_freq_factor": high_freq_factor,
+        "original_max_position_embeddings": original_max_position_embeddings})[0]
+
+
+def llama3_frequencies(E, base, factor, low_freq_factor, high_freq_factor,
+                       original_max_position_embeddings):
+    """(E/2,) float64: theta_i kept for short wavelengths, theta_i / factor for long ones,
+    a linear blend (in M / wavelength) between."""
+    theta = base ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
+    wavelength = 2 * torch.pi / theta
+    M = original_max_position_embeddings
+    # a = 1: the pair turns often in M positions (keep); a = 0: it turns rarely (interpolate)
+    a = (M / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    a = a.clamp(0, 1)
+    return (1 - a) * theta / factor + a * theta
+
+
+def _llama3_with(E, base, s, lo, hi, M, *, blend=None, dtype=torch.float64):
+    theta = base ** (-torch.arange(0, E, 2, dtype=dtype) / E)
+    a = ((M * theta / (2 * torch.pi) - lo) / (hi - lo)).clamp(0, 1)
+    if blend is not None:
+        return blend(theta, a, s).to(torch.float64)
+    return ((1 - a) * theta / s + a * theta).to(torch.float64)
+
+
+LLAMA3_FREQUENCIES = Exercise(
+    id="llama3_frequencies",
+    chapter="05_positions",
+    title="Llama 3's RoPE frequency scaling",
+    signature="llama3_frequencies(E, base, factor, low_freq_factor, high_freq_factor, "
+              "original_max_position_embeddings) -> float64 (E/2,)",
+    params=("E", "base", "factor", "low_freq_factor", "high_freq_factor",
+            "original_max_position_embeddings"),
+    cases=_llama3_cases,
+    oracle=_llama3_oracle,
+    solution=llama3_frequencies,
+    tolerances={torch.float64: (0.0, 1e-12)},
+    hints=(
+        "Start from theta_i = base^(-2i/E) in float64 and the wavelength 2π / theta_i of each "
+        "pair. With M = original_max_position_embeddings, M / wavelength is how many turns the "
+        "pair makes within the training length.",
+        "Pairs that turn more than high_freq_factor times keep theta_i; pairs that turn fewer "
+        "than low_freq_factor times get theta_i / factor (position interpolation). Between, "
+        "blend: a = (M / wavelength - low) / (high - low), result (1 - a) theta/factor + a theta.",
+        "a = ((M / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor))"
+        ".clamp(0, 1); return (1 - a) * theta / factor + a * theta",
+    ),
+    mistakes=(
+        Mistake("high_frequencies_scaled", "You divided the fast pairs (short wavelengths) by "
+                "the factor and kept the slow ones. It is the other way round: the fast pairs "
+                "already met every angle in training and stay; the slow pairs, which would meet "
+                "new angles at long range, get theta / factor.",
+                lambda *a: _llama3_with(*a, blend=lambda t, w, s: w * t / s + (1 - w) * t)),
+        Mistake("multiplied_by_factor", "You multiplied the slow frequencies by the factor. To "
+                "stretch a wavelength by the factor (position interpolation), divide the "
+                "frequency: theta / factor.",
+                lambda *a: _llama3_with(*a, blend=lambda t, w, s: (1 - w) * t * s + w * t)),
+        Mistake("no_blend", "Your middle band is left unscaled: between the two thresholds the "
+                "frequency must move smoothly from theta / factor to theta, "
+                "(1 - a) theta / factor + a theta with a = (M / wavelength - low) / "
+                "(high - low).",
+                lambda *a: _llama3_with(*a, blend=lambda t, w, s: torch.where(w > 0, t, t / s))),
+        Mistake("unclamped_blend", "Your blend weight a is not clamped to [0, 1]: outside the "
+                "middle band it runs past 1 or below 0 and changes the frequencies that should "
+                "be kept or divided exactly. Clamp a.",
+                lambda E, b, s, lo, hi, M: _unclamped(E, b, s, lo, hi, M)),
+        Mistake("computed_in_float32", "Your frequencies are computed in float32 and differ "
+                "from float64 in the 8th digit. Compute base ** (-arange(0, E, 2) / E) in "
+                "float64 (arange(..., dtype=torch.float64)).",
+                lambda *a: _llama3_with(*a, dtype=torch.float32)),
+    ),
+)
+
+
+def _unclamped(E, base, s, lo, hi, M):
+    theta = base ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
+    a = (M * theta / (2 * torch.pi) - lo) / (hi - lo)
+    return (1 - a) * theta / s + a * theta

@@ -72,3 +72,51 @@ def attention_with_alibi(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     outs = {name: fn(q, k, v, attn_mask=bias) for name, fn in IMPLEMENTATIONS.items()}
     outs["torch F.sdpa"] = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     return outs
+
+
+def scaling_methods(E: int, train_len: int, factor: float, new_len: int,
+                    base: float = 10000.0) -> dict[str, torch.Tensor]:
+    r"""``{method: (E/2,) float64 frequencies}`` for RoPE run at ``new_len`` after training at
+    ``train_len``: unscaled, position interpolation (``linear``), NTK-aware (base raised to
+    :math:`b\,s^{E/(E-2)}`), dynamic NTK at ``new_len``, YaRN and Llama 3 (its default
+    ``low_freq_factor`` 1, ``high_freq_factor`` 4), with ``M = train_len``, ``s = factor``."""
+    M = {"original_max_position_embeddings": train_len, "factor": factor}
+    cfgs = {"linear (position interpolation)": {"rope_type": "linear", "factor": factor},
+            "dynamic NTK": {"rope_type": "dynamic", **M},
+            "YaRN": {"rope_type": "yarn", **M},
+            "Llama 3": {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        **M}}
+    out = {"none": positions.rope_frequencies(E, base),
+           "NTK-aware base": positions.rope_frequencies(E, base * factor ** (E / (E - 2)))}
+    for name, cfg in cfgs.items():
+        out[name] = positions.scaled_rope_frequencies(E, base, cfg, seq_len=new_len)[0]
+    return out
+
+
+def unseen_after_scaling(theta: torch.Tensor, scaled: torch.Tensor, train_len: int,
+                         new_len: int) -> torch.Tensor:
+    """Bool per pair: at position ``new_len − 1`` with frequencies ``scaled`` the pair's angle
+    leaves the range ``[0, min(2π, train_len·θ))`` that the trained positions
+    ``0 … train_len − 1`` cover, one step each, with ``theta``."""
+    covered = (train_len * theta).clamp(max=2 * math.pi)
+    reached = ((new_len - 1) * scaled).clamp(max=2 * math.pi)
+    return reached > covered * (1 + 1e-12)
+
+
+def scaling_rows(E: int, train_len: int, factor: float, new_len: int,
+                 base: float = 10000.0) -> list[dict[str, object]]:
+    """Per method: pairs kept (frequency within 0.1% of θ), divided by the factor, in
+    between, and pairs that still meet angles unseen in training at ``new_len``."""
+    methods = scaling_methods(E, train_len, factor, new_len, base)
+    theta = methods["none"]
+    rows = []
+    for name, scaled in methods.items():
+        ratio = scaled / theta
+        kept = (ratio - 1).abs() < 1e-3
+        divided = (ratio * factor - 1).abs() < 1e-3
+        rows.append({"method": name, "pairs kept": int(kept.sum()),
+                     "pairs divided by s": int(divided.sum()),
+                     "pairs in between": int((~kept & ~divided).sum()),
+                     "pairs with unseen angles": int(unseen_after_scaling(
+                         theta, scaled, train_len, new_len).sum())})
+    return rows

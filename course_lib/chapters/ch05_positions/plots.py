@@ -76,3 +76,22 @@ def plot_alibi(fig: plt.Figure, bias: torch.Tensor, weights: torch.Tensor,
     ax.set_ylabel("weight")
     ax.set_title("equal content scores: ALiBi alone decides where each head looks")
     ax.legend(fontsize=7, ncol=4)
+
+
+def plot_scaling_methods(ax: plt.Axes, methods: dict, train_len: int, factor: float) -> None:
+    """Frequency ratio θ'_i/θ_i of each RoPE scaling method against the pair's wavelength."""
+    theta = methods["none"]
+    wavelength = (2 * torch.pi / theta).numpy()
+    for (name, scaled), style in zip(
+            ((n, s) for n, s in methods.items() if n != "none"),
+            ("-", "--", "-.", ":", (0, (5, 1))), strict=False):
+        ax.plot(wavelength, (scaled / theta).numpy(), ls=style, marker=".", label=name)
+    ax.axvline(train_len - 1, color="0.5", lw=1)
+    ax.text(train_len * 1.1, 1.02, f"wavelength {train_len - 1}: the slowest pair that\n"
+            "turns once in training", fontsize=8, color="0.3", va="top")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_yticks([1 / factor, 0.5, 1.0], [f"1/s = {1 / factor:g}", "0.5", "1"])
+    ax.set_xlabel("wavelength 2π/θ_i of the pair (positions)")
+    ax.set_ylabel("θ'_i / θ_i (1 = kept)")
+    ax.legend(fontsize=8, frameon=False, loc="lower left")

@@ -14,38 +14,56 @@ from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 
 def _decode_cases(gen: torch.Generator) -> list[Case]:
+    from course_lib.attention.positions import rope_cache
+
     def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=dtype)
 
-    def case(name, B, H, P, L, E, note, dtype=torch.float32):
-        return Case(name, (r(B, H, L, E, dtype=dtype), r(B, H, L, E, dtype=dtype),
-                           r(B, H, L, E, dtype=dtype), r(B, H, P, E, dtype=dtype),
-                           r(B, H, P, E, dtype=dtype), r(32, E, dtype=dtype)), note=note)
+    def case(name, B, P, L, E, note, dtype=torch.float32):
+        w = [r(E, E, dtype=dtype) / E ** 0.5 for _ in range(3)]
+        cos, sin = rope_cache(32, E, base=100.0, dtype=dtype)
+        return Case(name, (r(B, L, E, dtype=dtype), *w, r(B, P, E, dtype=dtype),
+                           r(B, P, E, dtype=dtype), cos, sin), note=note)
 
     return [
-        case("one new token", 1, 2, 5, 1, 4, "5 tokens cached, 1 new: it sees all 6 keys"),
-        case("a chunk of 3", 2, 2, 4, 3, 4, "4 cached, 3 new at positions 4, 5, 6"),
-        case("float64, long cache", 1, 3, 9, 2, 6, "9 cached, 2 new", torch.float64),
-        case("empty cache", 1, 1, 0, 4, 4, "the prompt (prefill): nothing cached yet"),
+        case("one new token", 1, 5, 1, 4, "5 tokens cached, 1 new at position 5"),
+        case("a chunk of 3", 2, 4, 3, 4, "4 cached, 3 new at positions 4, 5, 6"),
+        case("float64, long cache", 1, 9, 2, 6, "9 cached, 2 new", torch.float64),
+        case("empty cache", 1, 0, 4, 4, "the prompt (prefill): nothing cached yet"),
     ]
 
 
-def _decode_oracle(q, k_new, v_new, k_cache, v_cache, pos):
+def _rot(t, cos, sin, P):
+    """RoPE of t (B, L, E) at positions P .. P+L-1 (split halves)."""
+    L = t.shape[-2]
+    t1, t2 = t.chunk(2, dim=-1)
+    return t * cos[P:P + L] + torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
+
+
+def _decode_oracle(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin):
     from torch.nn.attention.bias import causal_lower_right
-    P, L = k_cache.shape[-2], q.shape[-2]
-    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
-    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+
+    from course_lib.attention.positions import apply_rope
+    P, L = k_cache.shape[-2], x.shape[-2]
+    q = apply_rope(x @ w_q, cos, sin, offset=P)
+    k = torch.cat([k_cache, apply_rope(x @ w_k, cos, sin, offset=P)], -2)
+    v = torch.cat([v_cache, x @ w_v], -2)
     out = reference.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), attn_mask=causal_lower_right(L, k.shape[-2]))
-    return out.to(q.dtype), k, v
+    return out.to(x.dtype), k, v
 
 
-def decode_step(q, k_new, v_new, k_cache, v_cache, pos):
-    """Add positions P..P+L-1 to the new q, k; attend over cache + new (bottom-right causal);
-    return (out, k_cache extended, v_cache extended)."""
-    P, L = k_cache.shape[-2], q.shape[-2]       # P tokens cached, L new ones
-    q = q + pos[P:P + L]                        # the new tokens sit at positions P .. P+L-1
-    k_new = k_new + pos[P:P + L]
+def decode_step(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin):
+    """Project the L new tokens, rotate q and k by positions P..P+L-1 (RoPE), attend over
+    cache + new (bottom-right causal); return (out, k_cache extended, v_cache extended)."""
+    P, L = k_cache.shape[-2], x.shape[-2]       # P tokens cached, L new ones
+    q, k_new, v_new = x @ w_q, x @ w_k, x @ w_v
+
+    def rope(t):                                # positions P .. P+L-1: the offset is P
+        t1, t2 = t.chunk(2, dim=-1)
+        return t * cos[P:P + L] + torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
+
+    q, k_new = rope(q), rope(k_new)             # values carry no position
     k = torch.cat([k_cache, k_new], dim=-2)     # append first: a token sees itself
     v = torch.cat([v_cache, v_new], dim=-2)
     S = k.shape[-2]
@@ -62,70 +80,84 @@ def _attend(q, k, v, mask=None):
     return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ v
 
 
-def _ds_top_left(q, k_new, v_new, k_cache, v_cache, pos):
-    P, L = k_cache.shape[-2], q.shape[-2]
-    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
+def _ds(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin, *, at=lambda P: P, rotate_v=False,
+        cache_k=None, mask="bottom_right", before_append=False):
+    """The solution with one thing changed: positions start at ``at(P)``, the values rotated
+    too, ``cache_k(x, w_k, k_rot)`` appended instead of the rotated keys, another mask, or the
+    queries attending before the append."""
+    P, L = k_cache.shape[-2], x.shape[-2]
+    q, k_raw, v_new = x @ w_q, x @ w_k, x @ w_v
+    q, k_new = _rot(q, cos, sin, at(P)), _rot(k_raw, cos, sin, at(P))
+    if rotate_v:
+        v_new = _rot(v_new, cos, sin, at(P))
     k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
-    top_left = torch.ones(L, k.shape[-2], dtype=torch.bool).tril()
-    return _attend(q, k, v, top_left), k, v
+    S = k.shape[-2]
+    masks = {"bottom_right": torch.ones(L, S, dtype=torch.bool).tril(S - L),
+             "top_left": torch.ones(L, S, dtype=torch.bool).tril(), "none": None}
+    if before_append:
+        out = _attend(q, k_cache, v_cache) if P else torch.zeros_like(v_new)
+    else:
+        out = _attend(q, k, v, masks[mask])
+    if cache_k is not None:
+        k = torch.cat([k_cache, cache_k(x, w_k, k_new)], -2)
+    return out, k, v
 
 
-def _ds_before_append(q, k_new, v_new, k_cache, v_cache, pos):
-    P, L = k_cache.shape[-2], q.shape[-2]
-    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
-    out = _attend(q, k_cache, v_cache) if P else torch.zeros_like(q[..., :v_new.shape[-1]])
-    return out, torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
-
-
-def _ds_no_offset(q, k_new, v_new, k_cache, v_cache, pos):
-    P, L = k_cache.shape[-2], q.shape[-2]
-    q, k_new = q + pos[:L], k_new + pos[:L]
-    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
-    mask = torch.ones(L, k.shape[-2], dtype=torch.bool).tril(diagonal=P)
-    return _attend(q, k, v, mask), k, v
-
-
-def _ds_no_mask(q, k_new, v_new, k_cache, v_cache, pos):
-    P, L = k_cache.shape[-2], q.shape[-2]
-    q, k_new = q + pos[P:P + L], k_new + pos[P:P + L]
-    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
-    return _attend(q, k, v), k, v
+def _mistake(**change):
+    return lambda *args: _ds(*args, **change)
 
 
 DECODE_STEP = Exercise(
     id="decode_step",
     chapter="10_inference",
-    title="One decoding step with a KV cache",
-    signature="decode_step(q, k_new, v_new (B, H, L, E), k_cache, v_cache (B, H, P, E), "
-              "pos (max_len, E)) -> (out (B, H, L, E), k_cache (B, H, P+L, E), v_cache)",
-    params=("q", "k_new", "v_new", "k_cache", "v_cache", "pos"),
+    title="One decoding step with a KV cache and RoPE",
+    signature="decode_step(x (B, L, D), w_q, w_k, w_v (D, E), k_cache, v_cache (B, P, E), "
+              "cos, sin (max_len, E)) -> (out (B, L, E), k_cache (B, P+L, E), v_cache)",
+    params=("x", "w_q", "w_k", "w_v", "k_cache", "v_cache", "cos", "sin"),
     cases=_decode_cases,
     oracle=_decode_oracle,
     solution=decode_step,
     tolerances={torch.float32: (1e-5, 1e-4)},
     output_names=("out", "k_cache", "v_cache"),
     hints=(
-        "P tokens are cached, L are new. The new tokens are at positions P, ..., P+L-1: add "
-        "those rows of pos to q and k_new. Then append k_new, v_new to the caches.",
+        "P tokens are cached, L are new: q, k, v = x @ w_q, x @ w_k, x @ w_v. The new tokens are "
+        "at positions P, ..., P+L-1: rotate q and k (not v) with rows P:P+L of cos and sin, "
+        "t * cos + rotate_half(t) * sin, where rotate_half([t1, t2]) = [-t2, t1]. Then append "
+        "the rotated keys and the values to the caches.",
         "The queries attend over all S = P + L keys. Query i is at position P + i, so it may "
         "see keys j <= i + (S - L): a causal mask aligned bottom-right, tril(diagonal=S - L).",
-        "k = cat([k_cache, k_new + pos[P:P+L]], -2); scores = q_pos @ k.T / √E; mask with "
-        "torch.ones(L, S).tril(S - L); return softmax(scores) @ v, k, v",
+        "k = cat([k_cache, rope(x @ w_k)], -2); v = cat([v_cache, x @ w_v], -2); scores = "
+        "rope(x @ w_q) @ k.T / √E; mask with torch.ones(L, S).tril(S - L); "
+        "return softmax(scores) @ v, k, v",
     ),
     mistakes=(
+        Mistake("positions_off_by_one", "Your new tokens are rotated one position too far: "
+                "the first new token is at position P (positions count from 0, and P tokens "
+                "0 … P-1 are cached), so use rows P:P+L of cos and sin, not P+1:P+L+1.",
+                _mistake(at=lambda P: P + 1)),
+        Mistake("no_position_offset", "You rotated the new tokens by positions 0 … L-1, as if "
+                "they started the sequence. They sit after the P cached tokens: use rows P:P+L "
+                "(the position offset is the cache length).", _mistake(at=lambda P: 0)),
+        Mistake("positions_on_values", "You rotated the values too. RoPE puts positions into "
+                "the scores q · k only: rotate q and k, and append v = x @ w_v unrotated.",
+                _mistake(rotate_v=True)),
+        Mistake("raw_keys_cached", "You appended the raw inputs x to the key cache, not the "
+                "keys. Later steps compare their queries with the cache: append the projected "
+                "and rotated keys rope(x @ w_k).", _mistake(cache_k=lambda x, w, kr: x)),
+        Mistake("unrotated_keys_cached", "You appended the keys before rotating them. A cached "
+                "key is never rotated again: append rope(x @ w_k), rotated by its own "
+                "positions P … P+L-1.", _mistake(cache_k=lambda x, w, kr: x @ w)),
         Mistake("top_left_mask", "Your causal mask is aligned top-left (j <= i): the new "
                 "query i is at position P + i, not i, so it must see keys j <= i + (S - L). "
                 "Align the mask bottom-right: tril(diagonal=S - L) (for one new token it is "
-                "all True).", _ds_top_left),
+                "all True).", _mistake(mask="top_left")),
         Mistake("attend_before_append", "Your new queries attend to the cache *before* their "
                 "own keys and values are appended: a token must see itself. Concatenate "
-                "k_new, v_new to the caches first, then attend.", _ds_before_append),
-        Mistake("no_position_offset", "You added pos[0:L] to the new tokens, as if they "
-                "started the sequence. They sit after the P cached tokens: add pos[P:P+L] "
-                "(the position offset is the cache length).", _ds_no_offset),
+                "the new keys and values to the caches first, then attend.",
+                _mistake(before_append=True)),
         Mistake("no_causal_mask", "Without a mask, a chunk of several new tokens lets the "
                 "earlier ones see the later ones. Mask with a bottom-right causal mask.",
-                _ds_no_mask),
+                _mistake(mask="none")),
     ),
 )
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from course_lib.attention import IMPLEMENTATIONS, KVCache, TransformerBlock, decode_step
 from course_lib.attention.multihead import merge_heads, split_heads
+from course_lib.attention.positions import apply_rope
 
 # --------------------------------------------------------------------------- a tiny GPT
 
@@ -21,6 +22,7 @@ from course_lib.attention.multihead import merge_heads, split_heads
 class TinyGPT(nn.Module):
     """Token + learned absolute position embeddings, pre-norm :class:`TransformerBlock`s from the
     course core, a final LayerNorm and an unembedding. Seeded random weights; nothing trained.
+    ``rope=True``: no position table; q and k are rotated (RoPE) by per-row ``position_ids``.
 
     Two ways to run it: :meth:`forward` over a whole prefix (causal, every position recomputed)
     and :meth:`step` for new tokens only, reading and extending one :class:`KVCache` per layer.
@@ -28,9 +30,10 @@ class TinyGPT(nn.Module):
     """
 
     def __init__(self, vocab: int = 64, dim: int = 64, heads: int = 4, layers: int = 2,
-                 max_len: int = 1024, seed: int = 0) -> None:
+                 max_len: int = 1024, seed: int = 0, rope: bool = False) -> None:
         super().__init__()
         self.vocab, self.dim, self.heads, self.max_len = vocab, dim, heads, max_len
+        self.rope = rope
         with torch.random.fork_rng(devices=[]):      # seeded, without touching the global RNG
             torch.manual_seed(seed)
             self.tok = nn.Embedding(vocab, dim)
@@ -48,16 +51,24 @@ class TinyGPT(nn.Module):
     def head_dim(self) -> int:
         return self.dim // self.heads
 
-    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
-        positions = torch.arange(offset, offset + tokens.shape[1])
-        if positions[-1] >= self.max_len:
-            raise ValueError(f"position {int(positions[-1])} >= max_len={self.max_len}")
-        return self.tok(tokens) + self.pos(positions)
+    def _embed(self, tokens: torch.Tensor, offset: int,
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        positions = (torch.arange(offset, offset + tokens.shape[1]) if position_ids is None
+                     else position_ids)
+        if positions.max() >= self.max_len:
+            raise ValueError(f"position {int(positions.max())} >= max_len={self.max_len}")
+        return self.tok(tokens) if self.rope else self.tok(tokens) + self.pos(positions)
 
-    def _block(self, block: TransformerBlock, x: torch.Tensor, attend, cache: KVCache | None
-               ) -> torch.Tensor:
+    def _block(self, block: TransformerBlock, x: torch.Tensor, attend, cache: KVCache | None,
+               position_ids: torch.Tensor | None = None) -> torch.Tensor:
         h = block.ln1(x)
         q, k, v = (split_heads(t, self.heads) for t in block.attn.qkv(h).chunk(3, dim=-1))
+        if self.rope:
+            if position_ids is None:
+                start = 0 if cache is None else cache.seen
+                position_ids = torch.arange(start, start + x.shape[1]).expand(x.shape[0], -1)
+            q = apply_rope(q, position_ids=position_ids)
+            k = apply_rope(k, position_ids=position_ids)
         if cache is None:
             a = attend(q, k, v, is_causal=True)
         else:
@@ -78,13 +89,15 @@ class TinyGPT(nn.Module):
         return [KVCache(window=window) for _ in self.blocks]
 
     @torch.no_grad()
-    def step(self, tokens: torch.Tensor, caches: list[KVCache], attend=None) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, caches: list[KVCache], attend=None,
+             position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``(B, L, vocab)`` of ``L`` new tokens; their positions start at the number of
-        tokens the caches have seen (the position offset); the caches grow by ``L``."""
+        tokens the caches have seen (the position offset); the caches grow by ``L``.
+        ``position_ids (B, L)``: each row's own positions instead (rows of a padded batch)."""
         attend = attend or IMPLEMENTATIONS["sdpa"]
-        x = self._embed(tokens, caches[0].seen)
+        x = self._embed(tokens, caches[0].seen, position_ids)
         for block, cache in zip(self.blocks, caches, strict=True):
-            x = self._block(block, x, attend, cache)
+            x = self._block(block, x, attend, cache, position_ids)
         return self.head(self.ln_f(x))
 
 
@@ -120,6 +133,60 @@ def generate_cached(model: TinyGPT, prompt: torch.Tensor, n_new: int, attend=Non
         if i + 1 < n_new:
             logits = model.step(nxt, caches, attend)[:, -1]
     return Generation(torch.cat(new, 1), torch.stack(chosen, 1), caches)
+
+
+def left_pad(prompts: list[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths → ``(tokens (B, P), real (B, P) bool)``, padded on the
+    left so that every row's last token is in the last column."""
+    P = max(len(p) for p in prompts)
+    tokens = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    real = torch.zeros(len(prompts), P, dtype=torch.bool)
+    for b, p in enumerate(prompts):
+        tokens[b, P - len(p):], real[b, P - len(p):] = p, True
+    return tokens, real
+
+
+def padded_attention(real: torch.Tensor, attend=None):
+    """An SDPA-like function that also hides the pad keys of a left-padded batch.
+
+    ``real (B, P)``: which prompt columns are tokens. Keys past the prompt are always real.
+    A pad *query* keeps plain causal attention (its output is never used; a row with every key
+    hidden would be NaN and spread through the values of the next layer)."""
+    attend = attend or IMPLEMENTATIONS["sdpa"]
+
+    def fn(q, k, v, attn_mask=None, **kw):
+        L, S = q.shape[-2], k.shape[-2]
+        keys = torch.ones(real.shape[0], S, dtype=torch.bool)
+        keys[:, :real.shape[1]] = real
+        queries = keys[:, S - L:]
+        keep = keys[:, None, :] | ~queries[:, :, None]                 # (B, L, S)
+        if attn_mask is not None:
+            keep = keep & attn_mask
+        return attend(q, k, v, attn_mask=keep[:, None], **kw)
+    return fn
+
+
+def generate_batched(model: TinyGPT, prompts: list[torch.Tensor], n_new: int, attend=None,
+                     pad_id: int = 0, per_row_positions: bool = True) -> torch.Tensor:
+    """Greedy cached decoding of prompts of different lengths in one batch: left padding, pad
+    keys hidden, and per-row positions (``position_ids``) so that every row's first real token
+    is at position 0. Returns the ``(B, n_new)`` generated ids. ``per_row_positions=False``:
+    one shared offset (positions counted from the padded column 0), to see what goes wrong."""
+    tokens, real = left_pad(prompts, pad_id)
+    attend = padded_attention(real, attend)
+    lengths = real.sum(1)                                         # (B,)
+    pos = (real.long().cumsum(1) - 1).clamp(min=0)                # pads: 0; tokens 0, 1, ...
+    caches = model.new_caches()
+    logits = model.step(tokens, caches, attend, position_ids=pos if per_row_positions
+                        else None)[:, -1]
+    new = []
+    for i in range(n_new):
+        nxt = logits.argmax(-1, keepdim=True)
+        new.append(nxt)
+        if i + 1 < n_new:
+            ids = (lengths + i)[:, None] if per_row_positions else None
+            logits = model.step(nxt, caches, attend, position_ids=ids)[:, -1]
+    return torch.cat(new, 1)
 
 
 def top2_margin(logits: torch.Tensor) -> float:
@@ -289,3 +356,88 @@ def results_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                      "speed-up": r["tokens_per_s_cached"] / r["tokens_per_s_uncached"],
                      "cache KiB": r["cache_bytes"] / 1024})
     return rows
+
+
+# --------------------------------------------------------------------------- GQA: copies of K/V
+
+
+def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int = 5,
+              E: int = 4, Ev: int = 6) -> list[str]:
+    """The aten ops ``attend(q, k, v, enable_gqa=True)`` runs that *materialise* keys or values
+    for all ``H`` query heads: non-view ops whose output has ``B·H·S·E`` or ``B·H·S·Ev``
+    elements (a view or ``expand`` of ``k``/``v`` does not count). The default sizes make those
+    counts unambiguous (no other tensor has them). Recorded with ``TorchDispatchMode``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, L, E, generator=g)
+    k, v = torch.randn(B, H_kv, S, E, generator=g), torch.randn(B, H_kv, S, Ev, generator=g)
+    sizes = {B * H * S * E, B * H * S * Ev}
+    found: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else (out,):
+                if isinstance(t, torch.Tensor) and t.numel() in sizes and not func.is_view:
+                    found.append(str(func.overloadpacket.__name__))
+            return out
+
+    with Record():
+        attend(q, k, v, enable_gqa=True)
+    return found
+
+
+# --------------------------------------------------------------------------- decode roofline
+
+# Datasheet peaks (dense, no sparsity) and memory bandwidths: NVIDIA H100 SXM5 (bf16 989.4
+# TFLOP/s, HBM3 3.35 TB/s) and A100 SXM4 80GB (bf16 312 TFLOP/s, HBM2e 2.039 TB/s).
+GPU_DATASHEETS = {"H100 SXM, bf16": (989.4e12, 3.35e12), "A100 SXM 80GB, bf16": (312e12, 2.039e12)}
+
+
+def decode_intensity(heads: int, kv_heads: int, head_dim: int, cache: int,
+                     bytes_per_element: int = 2) -> dict[str, float]:
+    """FLOPs and bytes of the attention of ONE new token over ``cache`` cached tokens, one layer.
+
+    FLOPs ``4·H·E·S`` (``q·kᵀ`` and ``p·v``, a multiply-add = 2; softmax not counted). Bytes:
+    the cached K and V read once, ``2·H_kv·S·E``, plus the query and output, ``2·H·E``, times
+    the element size. Intensity → ``2·H / (H_kv · bytes)`` for a long cache."""
+    flops = 4 * heads * head_dim * cache
+    nbytes = (2 * kv_heads * cache * head_dim + 2 * heads * head_dim) * bytes_per_element
+    return {"FLOPs": flops, "bytes": nbytes, "FLOP/byte": flops / nbytes}
+
+
+def grouped_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One new token's attention with ``H_kv`` shared heads and no copy of K/V: ``q (B, H, 1, E)``
+    is viewed as ``(B, H_kv, H/H_kv, E)`` so each group's queries meet their one K/V head in a
+    batched matmul. ``k, v (B, H_kv, S, E)`` → ``(B, H, 1, E)``."""
+    B, H, _, E = q.shape
+    H_kv = k.shape[1]
+    qg = q.reshape(B, H_kv, H // H_kv, E)
+    p = torch.softmax(qg @ k.transpose(-2, -1) / math.sqrt(E), dim=-1)
+    return (p @ v).reshape(B, H, 1, v.shape[-1])
+
+
+def time_decode_step(heads: int, kv_heads: int, head_dim: int, cache: int, rounds: int = 7,
+                     dtype: torch.dtype = torch.float32) -> float:
+    """Best-of-``rounds`` seconds of :func:`grouped_decode_attention` for one token over a
+    cache of ``cache`` tokens (the same FLOPs for every ``kv_heads``)."""
+    import time
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, heads, 1, head_dim, generator=g, dtype=dtype)
+    k = torch.randn(1, kv_heads, cache, head_dim, generator=g, dtype=dtype)
+    v = torch.randn(1, kv_heads, cache, head_dim, generator=g, dtype=dtype)
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        grouped_decode_attention(q, k, v)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def committed_matmul_rate() -> float:
+    """FLOP/s of the best float32 matmul in the committed CPU benchmark
+    (``course_lib/toolkit/bench/results/cpu-float32.json``)."""
+    path = resources.files("course_lib.toolkit.bench") / "results" / "cpu-float32.json"
+    return json.loads(path.read_text())["meta"]["matmul"]["gflops_best"] * 1e9

@@ -99,3 +99,20 @@ def plot_paged_pool(ax: plt.Axes, pool: helpers.PagedKVPool) -> None:
     ax.set_yticks([])
     ax.set_xticks(np.arange(nblocks) + 0.47, labels=[str(b) for b in range(nblocks)])
     ax.set_xlabel("physical block (label: sequence:logical block; height: slots filled)")
+
+
+def plot_decode_roofline(ax: plt.Axes, rows: Sequence[dict[str, Any]],
+                         ridges: dict[str, float]) -> None:
+    """FLOP/byte of one decode step (``rows``: ``name``, ``FLOP/byte``) against machine ridges
+    (peak FLOP/s ÷ bandwidth): a point below a ridge is memory-bound on that machine."""
+    names = [r["attention"] for r in rows]
+    values = [r["FLOP/byte"] for r in rows]
+    ax.bar(names, values, color=[UNCACHED, "#7570b3", CACHED][:len(rows)])
+    for name, v in zip(names, values, strict=True):
+        ax.text(name, v * 1.15, f"{v:.2g}", ha="center", fontsize=8)
+    for (label, ridge), style in zip(ridges.items(), ("--", ":", "-."), strict=False):
+        ax.axhline(ridge, color="0.35", ls=style, lw=1, label=f"ridge: {label}, {ridge:.0f}")
+    ax.set_yscale("log")
+    ax.set_ylim(0.3, max(list(ridges.values()) + values) * 30)
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+    ax.set_ylabel("FLOP / byte of one decode step")
