@@ -340,9 +340,19 @@ _STRUCTURAL = ("none", "numpy", "type", "length", "shape", "dtype")
 
 
 def _explains(ex: Exercise, m: Mistake, r: _Run) -> bool:
-    """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values)."""
+    """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values),
+    being itself wrong there: a mistake whose output passes the correctness check on this case
+    (``no_max_shift`` on ordinary rows) explains nothing about it."""
     produced, value = _mistake_output(m, r.case)
     if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
+        return False
+    try:
+        args = fresh_args(r.case.args)[0]
+        magnitude = ex.magnitude(*args) if ex.magnitude else None
+        if compare(r.expected, value, ex.tolerance, names=ex.output_names,
+                   magnitude=magnitude) is None:
+            return False
+    except Exception:
         return False
     if r.problem is not None and r.problem.kind in _STRUCTURAL:
         try:   # same_output ignores dtypes: the mistake must be wrong in the same way
