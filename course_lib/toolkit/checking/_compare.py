@@ -204,15 +204,14 @@ def _nothing(t: torch.Tensor) -> torch.Tensor:
     return t.isnan() | (t == float("-inf"))
 
 
-def same_output(a: Any, b: Any, tol: Tol) -> bool:
+def same_output(a: Any, b: Any, tol: Tol, slack: float = MATCH_SLACK) -> bool:
     """Whether two outputs (learner's, a mistake's) agree: structure, shapes and values.
 
-    Dtypes may differ; NaN and -inf agree with each other; tolerances are
-    :data:`MATCH_SLACK` × those of correctness.
+    Dtypes may differ; NaN and -inf agree with each other; tolerances are ``slack`` × ``tol``.
     """
     if isinstance(b, (tuple, list)):
         return (isinstance(a, (tuple, list)) and len(a) == len(b)
-                and all(same_output(x, y, tol) for x, y in zip(a, b, strict=True)))
+                and all(same_output(x, y, tol, slack) for x, y in zip(a, b, strict=True)))
     if isinstance(a, (tuple, list)):
         return False
     if isinstance(b, numbers.Number) and not isinstance(b, torch.Tensor):
@@ -231,7 +230,7 @@ def same_output(a: Any, b: Any, tol: Tol) -> bool:
         if (va != va or va == float("-inf")) and (vb != vb or vb == float("-inf")):
             return True
         atol, rtol = _loosest(tol, a, b)
-        return va == vb or abs(va - vb) <= MATCH_SLACK * (atol + rtol * abs(vb))
+        return va == vb or abs(va - vb) <= slack * (atol + rtol * abs(vb))
     if isinstance(a, np.ndarray):
         try:
             a = torch.from_numpy(np.ascontiguousarray(a))
@@ -242,7 +241,7 @@ def same_output(a: Any, b: Any, tol: Tol) -> bool:
     a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
     atol, rtol = _loosest(tol, a, b)
     ok = (a64 == b64) | (_nothing(a64) & _nothing(b64)) \
-        | ((a64 - b64).abs() <= MATCH_SLACK * (atol + rtol * b64.abs()))
+        | ((a64 - b64).abs() <= slack * (atol + rtol * b64.abs()))
     return bool(ok.all())
 
 
