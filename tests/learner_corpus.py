@@ -7,6 +7,8 @@ Used by ``test_exercises_corpus.py`` (one seed each, then 100 seeds: no verdict 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # --------------------------------------------------------------------------- softmax (ch. 3)
@@ -336,3 +338,46 @@ CORPUS: list[tuple[str, str, object]] = [
 
 #: The verdicts that say only that something is wrong, not what.
 GENERIC = frozenset({"wrong_values", "nan", "inf", "raised"})
+
+
+# ------------------------------------------------------------------ masked_attention (ch. 6)
+
+
+def ma_right_where(q, k, v, mask):
+    s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    s = torch.where(mask, s, torch.tensor(float("-inf"), dtype=s.dtype))
+    m = s.max(dim=-1, keepdim=True).values
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    denom = p.sum(-1, keepdim=True)
+    return (p / denom.clamp_min(1e-30)) @ v
+
+
+def ma_unstable_guarded(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    e = torch.exp(s.masked_fill(~mask, float("-inf")))
+    z = e.sum(-1, keepdim=True)
+    return (e / torch.where(z == 0, 1.0, z)) @ v
+
+
+def ma_unstable(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    e = torch.exp(s.masked_fill(~mask, float("-inf")))
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def ma_inverted(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(mask, float("-inf"))
+    m = s.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
+    e = (s - m).exp()
+    z = e.sum(-1, keepdim=True)
+    return (e / torch.where(z == 0, torch.ones_like(z), z)) @ v
+
+
+CORPUS += [
+    ("masked_attention", "pass", ma_right_where),
+    ("masked_attention", "not_stable", ma_unstable_guarded),
+    ("masked_attention", "not_stable_nan_rows", ma_unstable),
+    ("masked_attention", "inverted_mask", ma_inverted),
+]

@@ -112,6 +112,13 @@ class CourseCode:
     names: dict[bytes, tuple[str, ...]] = field(default_factory=dict)
     recognisable: frozenset[bytes] = frozenset()
     modules: frozenset[bytes] = frozenset()
+    #: :func:`shape` of every recognisable code object: a cheap first test (no hashing)
+    shapes: frozenset[tuple[object, ...]] = frozenset()
+
+
+def shape(code: types.CodeType) -> tuple[object, ...]:
+    """What a copy keeps and a hash is not needed to compare: names and argument count."""
+    return (code.co_names, code.co_varnames, code.co_argcount)
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -132,6 +139,7 @@ def build_index(root: Path, exclude: frozenset[str]) -> CourseCode:
     names: dict[bytes, set[str]] = {}
     recognisable: set[bytes] = set()
     modules: set[bytes] = set()
+    shapes: set[tuple[object, ...]] = set()
     for path in sorted(root.rglob("*.py")):
         if str(path.resolve()) in exclude:
             continue
@@ -157,8 +165,10 @@ def build_index(root: Path, exclude: frozenset[str]) -> CourseCode:
                     modules.add(fp)
                 if _has_docstring(code) or _size(code) >= MIN_INSTRUCTIONS:
                     recognisable.add(fp)
+                    shapes.add(shape(code))
     return CourseCode(names={k: tuple(sorted(v)) for k, v in names.items()},
-                      recognisable=frozenset(recognisable), modules=frozenset(modules))
+                      recognisable=frozenset(recognisable), modules=frozenset(modules),
+                      shapes=frozenset(shapes))
 
 
 @functools.lru_cache(maxsize=1)

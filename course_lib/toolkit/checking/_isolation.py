@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._course_code import CodeCache, course_code, shape
 from ._sandbox import CallOutcome, ForbiddenCall, _warm_up, run_call
 from ._spec import Case, fresh_args
 
@@ -110,8 +111,6 @@ class CourseGuard:
     """
 
     def __init__(self, allowed: tuple[str, ...] = ()) -> None:
-        from ._course_code import CodeCache, course_code
-
         self.dirs = course_dirs()
         self.machinery = machinery_files()
         self.allowed = tuple(allowed)
@@ -132,11 +131,14 @@ class CourseGuard:
         code = frame.f_code
         if self._plain.get(id(code)) is code:   # asked on every call: the common answer first
             return None
-        fp = self.fingerprint(code)
-        by_content = fp in self.index.recognisable
+        by_content = False
+        if shape(code) in self.index.shapes:
+            fp = self.fingerprint(code)
+            by_content = fp in self.index.recognisable
         if not by_content and not self._course_file(code.co_filename):
             self._plain[id(code)] = code
             return None
+        fp = self.fingerprint(code)
         if fp in self.index.modules and self._course_file(code.co_filename):
             return None                      # importing course_lib stays allowed
         back = frame.f_back
@@ -431,8 +433,6 @@ def _warm_serialisation() -> None:
         torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
         machinery_files()
         course_dirs()
-        from ._course_code import course_code
-
         course_code()      # compiled once in the session: every worker inherits the index
         _SERIALISATION_WARM[0] = True
 
