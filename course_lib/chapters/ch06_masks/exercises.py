@@ -134,6 +134,8 @@ def _masked_cases(gen: torch.Generator) -> list[Case]:
     dead[1] = False
     dead[3] = False
     f64 = torch.float64
+    big_q, big_k = 20 * r(3, 5), 20 * r(4, 5)
+    big_k[1] = big_q[0] * (500 * math.sqrt(5) / big_q[0].square().sum())   # score (0, 1) = 500
     return [
         Case("causal", (r(6, 4), r(6, 4), r(6, 3), causal), note="lower-triangular mask"),
         Case("padding, L != S", (r(2, 3, 4, 8), r(2, 3, 7, 8), r(2, 3, 7, 5), pad),
@@ -141,8 +143,7 @@ def _masked_cases(gen: torch.Generator) -> list[Case]:
         Case("fully masked rows", (r(5, 6, dtype=f64), r(4, 6, dtype=f64), r(4, 2, dtype=f64),
                                    dead),
              note="rows 1 and 3 of the mask are all False: those queries must get zeros"),
-        Case("nothing masked", (20 * r(3, 5), 20 * r(4, 5), r(4, 6),
-                                torch.ones(3, 4, dtype=torch.bool)),
+        Case("nothing masked", (big_q, big_k, r(4, 6), torch.ones(3, 4, dtype=torch.bool)),
              note="mask all True; scores in the hundreds: exp overflows without a max shift"),
     ]
 
