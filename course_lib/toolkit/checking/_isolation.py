@@ -8,7 +8,8 @@ a spawned interpreter 2-4 s (it imports torch).
 
 The worker caps its address space, uses one thread, sends its prints nowhere, refuses calls into
 the course's own code (:class:`CourseGuard`: the trace function sees every Python frame whose
-code lives in the ``course_lib`` package, except the checker's own machinery), keeps the learner
+code lives in the ``course_lib`` package or is a copy of such code, recognised by content; the
+checker's own machinery excepted), keeps the learner
 from switching that trace function off (an audit hook), and runs the cases one by one. After each
 call it sends the outcome as ``torch.save`` bytes of plain data: tensors become plain dense
 tensors, other objects are only described. The parent loads them with ``torch.load(...,
