@@ -229,3 +229,14 @@ def test_a_short_solution_retyped_without_its_docstring_is_the_learners_own():
 
     result = exercises.check("split_heads", split_heads)
     assert result.passed, result.message
+
+
+def test_patching_the_guard_class_inside_the_worker_changes_nothing():
+    def sneaky(x, num_heads):
+        from course_lib.toolkit.checking import _isolation as iso
+
+        iso.CourseGuard.refused = lambda self, frame: None
+        return _solution()(x, num_heads)
+
+    result = exercises.check("split_heads", sneaky)
+    assert not result.passed and result.mistake == "course_call", result.message
