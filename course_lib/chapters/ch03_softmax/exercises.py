@@ -58,6 +58,21 @@ def _no_normalisation(x, dim=-1):
     return torch.exp(x - x.amax(dim=dim, keepdim=True))
 
 
+def _sum_over_axis_0(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=0, keepdim=True)
+
+
+def _sum_over_everything(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum()
+
+
+def _mean_shift(x, dim=-1):
+    e = torch.exp(x - x.mean(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
 def _global_max(x, dim=-1):
     e = torch.exp(x - x.max())
     return e / e.sum(dim=dim, keepdim=True)
@@ -85,6 +100,10 @@ SOFTMAX = Exercise(
         Mistake("not_stable", "Your softmax overflows on large inputs (exp(1000) = inf, and "
                               "inf/inf = NaN). Subtract the maximum of each slice before exp; "
                               "the result is mathematically the same.", _unstable),
+        Mistake("mean_shift", "You subtracted the mean of each slice, not its maximum: an "
+                "entry far above the mean still overflows, and a -inf entry makes the mean -inf "
+                "(then -inf - (-inf) = NaN). Subtract x.amax(dim=dim, keepdim=True).",
+                _mean_shift),
         Mistake("global_max", "You subtracted the maximum of the whole tensor, not of each "
                               "slice: a slice far below the global maximum underflows to 0/0. "
                               "Use x.amax(dim=dim, keepdim=True).", _global_max),
@@ -93,6 +112,13 @@ SOFTMAX = Exercise(
                 _ignores_dim),
         Mistake("no_normalisation", "You forgot to divide by the sum: the outputs along `dim` "
                                     "must add up to 1.", _no_normalisation),
+        Mistake("sum_over_wrong_axis", "Your slices along `dim` do not sum to 1: you divided by "
+                "a sum over axis 0 (e.sum(dim=0)), not over `dim`. Use "
+                "e.sum(dim=dim, keepdim=True).", _sum_over_axis_0),
+        Mistake("sum_over_everything", "Your slices along `dim` do not sum to 1: you divided by "
+                "the sum of the whole tensor (e.sum()), so all entries together sum to 1. "
+                "Divide by the sum of each slice: e.sum(dim=dim, keepdim=True).",
+                _sum_over_everything),
     ),
 )
 

@@ -24,7 +24,8 @@ def _rope_cases(gen: torch.Generator) -> list[Case]:
         Case("float64, base 100", (r(6, 12, dtype=torch.float64), 3, 100.0),
              note="positions 3 ... 8, base 100"),
         Case("one pair", (r(1, 9, 2), 2), note="E = 2, positions 2 ... 10"),
-        Case("wide head", (r(1, 5, 32, dtype=torch.float64),), note="E = 32, positions 0 ... 4"),
+        Case("wide head", (r(1, 5, 32, dtype=torch.float64), 1000),
+             note="E = 32, positions 1000 ... 1004: float32 angles are off by ~1e-4 here"),
     ]
 
 
@@ -47,13 +48,13 @@ def apply_rope(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch
 
 
 def _rope_with(x, offset=0, base=10000.0, *, layout="halves", exponent=2.0, sign=1.0,
-               use_offset=True, use_base=True):
+               use_offset=True, use_base=True, angles=torch.float64):
     L, E = x.shape[-2], x.shape[-1]
     half = E // 2
     b = base if use_base else 10000.0
-    theta = b ** (-torch.arange(half, dtype=torch.float64) * exponent / E)
+    theta = b ** (-torch.arange(half, dtype=angles) * exponent / E)
     start = offset if use_offset else 0
-    angle = sign * torch.arange(start, start + L, dtype=torch.float64)[:, None] * theta
+    angle = sign * torch.arange(start, start + L, dtype=angles)[:, None] * theta
     if layout == "adjacent":          # RoFormer: pairs (2i, 2i+1)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
@@ -77,6 +78,11 @@ APPLY_ROPE = Exercise(
     cases=_rope_cases,
     oracle=_rope_oracle,
     solution=apply_rope,
+    # float64: a float64 RoPE is exact to ~1e-13 even at position 1000, while a float32 step
+    # anywhere (angles, cos/sin) costs ~1e-7 relative. The default rtol 1e-6 sat between the
+    # two (float32 angles passed or failed by seed); 1e-9 rejects them on every seed, by
+    # orders of magnitude, and names them (float32_angles).
+    tolerances={torch.float64: (1e-10, 1e-9)},
     hints=(
         "The vector at row m (position offset + m) is rotated pair by pair. Pair i is "
         "(x[..., i], x[..., i + E/2]) and turns by the angle position · θ_i, "
@@ -111,6 +117,15 @@ APPLY_ROPE = Exercise(
         Mistake("exponent_i_over_E", "Your frequencies are base^(-i/E): the exponent is 2i/E "
                 "(i counts pairs, so it runs over 0 ... E/2 - 1 and 2i/E over [0, 1)).",
                 lambda x, offset=0, base=10000.0: _rope_with(x, offset, base, exponent=1.0)),
+        Mistake("float32_angles", "Your angles are computed in float32 on a float64 input "
+                "(as Hugging Face's code does): at position 1000 an angle is off by ~1e-4, far "
+                "more than float64's precision. Compute positions · θ in float64 (or in "
+                "x.dtype), then take cos and sin.",
+                lambda x, offset=0, base=10000.0: _rope_with(x, offset, base,
+                                                             angles=torch.float32),
+                # float32 rounding: another float32 formula is as far from this one as from
+                # the answer; anything within float32's precision of it is this mistake
+                tolerance=lambda dtype: (1e-4, 1e-3)),
         Mistake("rotated_backwards", "You rotated by -mθ (clockwise): the sign of the sin "
                 "term is flipped. out = x·cos + rotate_half(x)·sin with rotate_half(x) = "
                 "[-x2, x1].",
@@ -146,10 +161,12 @@ def alibi_bias(H: int, L: int, S: int) -> torch.Tensor:
 def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True):
     h = torch.arange(1, H + 1, dtype=torch.float64)
     m = {None: 2.0 ** (-8.0 * h / H), "halves": 2.0 ** (-h), "linear": h / H,
-         "reversed": 2.0 ** (-8.0 * (H + 1 - h) / H)}[slopes]
+         "reversed": 2.0 ** (-8.0 * (H + 1 - h) / H), "from_zero": 2.0 ** (-8.0 * (h - 1) / H),
+         "precedence": 2.0 ** -8 * h / H}[slopes]
     i = torch.arange(L, dtype=torch.float64)[:, None] + (S - L if align else 0)
     j = torch.arange(S, dtype=torch.float64)[None, :]
-    r = {"j-i": j - i, "i-j": i - j, "j": j + 0 * i, "-i": -i + 0 * j}[rel]
+    r = {"j-i": j - i, "i-j": i - j, "j": j + 0 * i, "-i": -i + 0 * j,
+         "-|j-i|": -(j - i).abs()}[rel]
     return (m[:, None, None] * r).to(torch.float32)
 
 
@@ -195,6 +212,18 @@ ALIBI_BIAS = Exercise(
         Mistake("slopes_linear", "Your slopes grow linearly with the head index: ALiBi's slopes "
                 "are geometric, m_h = 2^(-8(h+1)/H).",
                 lambda H, L, S: _alibi_with(H, L, S, slopes="linear")),
+        Mistake("slopes_from_zero", "Your slopes are 2^(-8h/H) with h = 0 ... H-1, so head 0 "
+                "has slope 1 (no decay at all). ALiBi counts heads from 1: m_h = 2^(-8(h+1)/H) "
+                "for h = 0 ... H-1, from 2^(-8/H) down to 2^(-8).",
+                lambda H, L, S: _alibi_with(H, L, S, slopes="from_zero")),
+        Mistake("slopes_precedence", "Your slopes grow linearly, (h+1)/(256·H): "
+                "`2 ** -8 * (h+1) / H` is (2^-8)·(h+1)/H, since ** binds tighter than * and /. "
+                "Put the whole exponent in parentheses: 2 ** (-8 * (h+1) / H).",
+                lambda H, L, S: _alibi_with(H, L, S, slopes="precedence")),
+        Mistake("symmetric_distance", "Your bias is -m_h·|j - i'|, symmetric in past and "
+                "future. ALiBi's bias is m_h·(j - i'): negative for past keys, and positive for "
+                "future keys (which a causal mask hides anyway), not a penalty both ways.",
+                lambda H, L, S: _alibi_with(H, L, S, rel="-|j-i|")),
         Mistake("slopes_reversed", "Your slopes are in reverse order: head 0 has the largest "
                 "slope, 2^(-8/H), and head H-1 the smallest, 2^(-8).",
                 lambda H, L, S: _alibi_with(H, L, S, slopes="reversed")),

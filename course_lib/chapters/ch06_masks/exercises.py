@@ -134,6 +134,8 @@ def _masked_cases(gen: torch.Generator) -> list[Case]:
     dead[1] = False
     dead[3] = False
     f64 = torch.float64
+    big_q, big_k = 20 * r(3, 5), 20 * r(4, 5)
+    big_k[1] = big_q[0] * (500 * math.sqrt(5) / big_q[0].square().sum())   # score (0, 1) = 500
     return [
         Case("causal", (r(6, 4), r(6, 4), r(6, 3), causal), note="lower-triangular mask"),
         Case("padding, L != S", (r(2, 3, 4, 8), r(2, 3, 7, 8), r(2, 3, 7, 5), pad),
@@ -141,8 +143,8 @@ def _masked_cases(gen: torch.Generator) -> list[Case]:
         Case("fully masked rows", (r(5, 6, dtype=f64), r(4, 6, dtype=f64), r(4, 2, dtype=f64),
                                    dead),
              note="rows 1 and 3 of the mask are all False: those queries must get zeros"),
-        Case("nothing masked", (r(3, 5), r(4, 5), r(4, 6), torch.ones(3, 4, dtype=torch.bool)),
-             note="mask all True"),
+        Case("nothing masked", (big_q, big_k, r(4, 6), torch.ones(3, 4, dtype=torch.bool)),
+             note="mask all True; scores in the hundreds: exp overflows without a max shift"),
     ]
 
 
@@ -190,6 +192,12 @@ def _ma_fill_zero(q, k, v, mask):
     return torch.softmax(_scores(q, k).masked_fill(~mask, 0.0), dim=-1) @ v
 
 
+def _ma_unstable(q, k, v, mask, *, guard=True):
+    e = torch.exp(_scores(q, k).masked_fill(~mask, float("-inf")))
+    z = e.sum(dim=-1, keepdim=True)
+    return (e / (torch.where(z == 0, torch.ones_like(z), z) if guard else z)) @ v
+
+
 def _ma_no_scaling(q, k, v, mask):
     return _safe((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))) @ v
 
@@ -227,5 +235,13 @@ MASKED_ATTENTION = Exercise(
                 "still get weight. Fill them with -inf.", _ma_fill_zero),
         Mistake("no_scaling", "You forgot to scale the scores by 1/√E (E = q.shape[-1]).",
                 _ma_no_scaling),
+        Mistake("not_stable", "Your softmax overflows on large scores (exp(400) = inf in "
+                "float32, and inf/inf = NaN). Subtract each row's maximum (0 for a row with no "
+                "allowed key) before exp; the weights are mathematically the same.",
+                _ma_unstable),
+        Mistake("not_stable_nan_rows", "Your softmax overflows on large scores (exp(400) = inf, "
+                "inf/inf = NaN), and queries with no allowed key get 0/0 = NaN. Subtract each "
+                "row's maximum (0 where it is -inf) before exp, and divide by 1 where the sum "
+                "is 0.", lambda q, k, v, mask: _ma_unstable(q, k, v, mask, guard=False)),
     ),
 )

@@ -145,5 +145,20 @@ LAYER_FLOPS = Exercise(
         Mistake("projections_only", "You counted only the four projections; the layer also "
                 "compares every token with every other (QKᵀ) and mixes the values "
                 "(weights·V).", lambda n, d: 8 * n * d * d),
+        Mistake("included_mlp", "You also counted the MLP (two (D, 4D) products, 16·n·D²). It "
+                "follows the attention layer in a transformer block but is not part of it: "
+                "count W_Q, W_K, W_V, QKᵀ, weights·V and W_O only.",
+                lambda n, d: _layer(n, d) + 16 * n * d * d),
+        Mistake("included_softmax", "You also counted the softmax (exp, sum and divide per "
+                "score). Its O(n²) element-wise work is small next to the matrix products and "
+                "this exercise counts only the six products: drop it.",
+                lambda n, d: _layer(n, d) + 3 * n * n),
+        Mistake("included_softmax_with_max", "You also counted the softmax (max, subtract, exp, "
+                "sum and divide per score). This exercise counts only the six matrix products: "
+                "drop it.", lambda n, d: _layer(n, d) + 5 * n * n),
+        Mistake("included_biases", "You also counted the biases of the four projections "
+                "(n·D additions each). This exercise counts only the six matrix products "
+                "(bias-free projections, as in most modern models): drop them.",
+                lambda n, d: _layer(n, d) + 4 * n * d),
     ),
 )

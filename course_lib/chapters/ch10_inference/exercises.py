@@ -266,6 +266,17 @@ SLIDING_WINDOW_MASK = Exercise(
         Mistake("too_short", "Each query sees only window - 1 keys: the window includes the "
                 "query itself, so keep j > i - window (not j > i - window + 1).",
                 lambda n, w: _sw(n, w, lambda i, j, w: (j <= i) & (j > i - w + 1))),
+        Mistake("excludes_self", "Your window leaves out the query itself (j < i): a token "
+                "always attends to its own position. Keep i - window < j <= i: the query and "
+                "the window - 1 keys before it.",
+                lambda n, w: _sw(n, w, lambda i, j, w: (j < i) & (j >= i - w))),
+        Mistake("excludes_self_short", "Your window leaves out the query itself (j < i), so "
+                "each query sees window - 1 keys, or none at all with window = 1. Keep "
+                "i - window < j <= i: the query and the window - 1 keys before it.",
+                lambda n, w: _sw(n, w, lambda i, j, w: (j < i) & (j > i - w))),
+        Mistake("inverted", "Your mask is inverted: True must mean 'may attend', i.e. True "
+                "for i - window < j <= i and False elsewhere (the future and the distant past).",
+                lambda n, w: ~_sw(n, w, lambda i, j, w: (j <= i) & (j > i - w))),
     ),
 )
 
@@ -313,5 +324,20 @@ KV_CACHE_BYTES = Exercise(
         Mistake("bits_not_bytes", "Your count is 8 times too large: you multiplied by the bits "
                 "of the dtype. One byte is 8 bits: use torch.finfo(dtype).bits // 8.",
                 lambda t, L, h, kv, d, dt: 2 * L * kv * d * torch.finfo(dt).bits * t),
+        Mistake("two_bytes_hardcoded", "You counted 2 bytes per element whatever the dtype: "
+                "right for float16 and bfloat16 only. Use the dtype's size: "
+                "torch.finfo(dtype).bits // 8, or dtype.itemsize.",
+                lambda t, L, h, kv, d, dt: 2 * L * kv * d * 2 * t),
+        Mistake("queries_cached", "You cached the queries too (3 tensors per layer: Q, K, V). "
+                "Only keys and values are cached: a new token's query is used once, at its own "
+                "step, and never again.",
+                lambda t, L, h, kv, d, dt: 3 * L * kv * d * dt.itemsize * t),
+        Mistake("query_heads_cached", "You cached the queries too, one vector per query head "
+                "(heads + 2·kv_heads per layer). Only keys and values are cached: a new "
+                "token's query is used once, at its own step.",
+                lambda t, L, h, kv, d, dt: (h + 2 * kv) * L * d * dt.itemsize * t),
+        Mistake("ignores_tokens", "Your count is the size for one token: the cache holds K "
+                "and V for every token, so multiply by tokens.",
+                lambda t, L, h, kv, d, dt: 2 * L * kv * d * dt.itemsize),
     ),
 )

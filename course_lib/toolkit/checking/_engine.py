@@ -306,7 +306,7 @@ _PRINT_NOTE = ("\nNote: your function printed output during the check (hidden he
 def _fail(ex: Exercise, cases: list[Case], runs: list[_Run], printed: bool, mistake: str,
           case: Case, message: str, details: str = "") -> CheckResult:
     passed = sum(1 for r in runs if r.problem is None)
-    msg = message + f"\n{passed} of {len(cases)} cases passed before this one."
+    msg = message + f"\n{passed} of {len(cases)} cases passed."
     if printed:
         msg += _PRINT_NOTE
     return CheckResult(exercise=ex.id, passed=False, status="failed", mistake=mistake,
@@ -314,8 +314,10 @@ def _fail(ex: Exercise, cases: list[Case], runs: list[_Run], printed: bool, mist
                        failed_case=case.name, details=details, printed=printed)
 
 
-def _agrees(learner: Any, mistake: Any, tol: Any) -> bool:
+def _agrees(learner: Any, mistake: Any, tol: Any, m: Mistake | None = None) -> bool:
     try:
+        if m is not None and m.tolerance is not None:
+            return same_output(learner, mistake, m.tolerance, slack=1.0)
         return same_output(learner, mistake, tol)
     except Exception:
         return False
@@ -340,9 +342,19 @@ _STRUCTURAL = ("none", "numpy", "type", "length", "shape", "dtype")
 
 
 def _explains(ex: Exercise, m: Mistake, r: _Run) -> bool:
-    """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values)."""
+    """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values),
+    being itself wrong there: a mistake whose output passes the correctness check on this case
+    (``no_max_shift`` on ordinary rows) explains nothing about it."""
     produced, value = _mistake_output(m, r.case)
-    if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
+    if not produced or not _agrees(r.outcome.value, value, ex.tolerance, m):
+        return False
+    try:
+        args = fresh_args(r.case.args)[0]
+        magnitude = ex.magnitude(*args) if ex.magnitude else None
+        if compare(r.expected, value, ex.tolerance, names=ex.output_names,
+                   magnitude=magnitude) is None:
+            return False
+    except Exception:
         return False
     if r.problem is not None and r.problem.kind in _STRUCTURAL:
         try:   # same_output ignores dtypes: the mistake must be wrong in the same way
@@ -367,7 +379,7 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
         for r in with_output:
             if r.problem is None:
                 produced, value = _mistake_output(m, r.case)
-                score += int(produced and _agrees(r.outcome.value, value, ex.tolerance))
+                score += int(produced and _agrees(r.outcome.value, value, ex.tolerance, m))
         if score > best_score:
             best, best_score = m, score
     return best

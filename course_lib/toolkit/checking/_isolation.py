@@ -8,7 +8,8 @@ a spawned interpreter 2-4 s (it imports torch).
 
 The worker caps its address space, uses one thread, sends its prints nowhere, refuses calls into
 the course's own code (:class:`CourseGuard`: the trace function sees every Python frame whose
-code lives in the ``course_lib`` package, except the checker's own machinery), keeps the learner
+code lives in the ``course_lib`` package or is a copy of such code, recognised by content; the
+checker's own machinery excepted), keeps the learner
 from switching that trace function off (an audit hook), and runs the cases one by one. After each
 call it sends the outcome as ``torch.save`` bytes of plain data: tensors become plain dense
 tensors, other objects are only described. The parent loads them with ``torch.load(...,
@@ -43,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._course_code import CodeCache, course_code, shape
 from ._sandbox import CallOutcome, ForbiddenCall, _warm_up, run_call
 from ._spec import Case, fresh_args
 
@@ -95,34 +97,59 @@ def qualified_name(frame: Any) -> str:
 
 
 class CourseGuard:
-    """Refuses a call from the learner's code into code that lives in the ``course_lib`` package.
+    """Refuses a call from the learner's code into the course's own code.
 
-    A frame is refused when its code file is inside the package (and not the checker's own
-    machinery), it is not a module body (importing course_lib stays allowed), and its caller is
-    not course code itself (course code may call its own helpers once legitimately entered:
-    an import, or a function the exercise allows). ``allowed``: qualified names (or module
-    prefixes) of course functions this exercise lets the learner call.
+    Course code is recognised two ways: by its file (inside the ``course_lib`` package, not the
+    checker's own machinery) and by its content (see :mod:`._course_code`: a relabelled, copied,
+    recompiled or marshalled course function has the fingerprint of the original). A frame of
+    course code is refused unless it is a genuine module body (an import), its caller is genuine
+    course code (course code may call its own helpers once legitimately entered: an import, or
+    a function the exercise allows), or the exercise allows it. *Genuine* means both: a course
+    file and a course fingerprint, so a learner's code relabelled with a course file name is not
+    trusted as a caller. ``allowed``: qualified names (or module prefixes) of course functions
+    this exercise lets the learner call; a copy is named by its original's names, whatever
+    names it claims.
     """
 
     def __init__(self, allowed: tuple[str, ...] = ()) -> None:
         self.dirs = course_dirs()
         self.machinery = machinery_files()
         self.allowed = tuple(allowed)
+        self.index = course_code()
+        self.fingerprint = CodeCache()
+        self._plain: dict[int, Any] = {}      # code objects seen that are not course code
 
-    def _course(self, filename: str) -> bool:
+    def _course_file(self, filename: str) -> bool:
         return filename.startswith(self.dirs) and filename not in self.machinery
+
+    def _genuine(self, code: Any) -> bool:
+        return self._course_file(code.co_filename) and self.fingerprint(code) in self.index.names
+
+    def _allowed(self, names: tuple[str, ...]) -> bool:
+        return any(n == a or n.startswith(a + ".") for n in names for a in self.allowed)
 
     def refused(self, frame: Any) -> str | None:
         code = frame.f_code
-        if not self._course(code.co_filename) or code.co_name == "<module>":
+        if self._plain.get(id(code)) is code:   # asked on every call: the common answer first
             return None
+        by_content = False
+        if shape(code) in self.index.shapes:
+            fp = self.fingerprint(code)
+            by_content = fp in self.index.recognisable
+        if not by_content and not self._course_file(code.co_filename):
+            self._plain[id(code)] = code
+            return None
+        fp = self.fingerprint(code)
+        if fp in self.index.modules and self._course_file(code.co_filename):
+            return None                      # importing course_lib stays allowed
         back = frame.f_back
-        if back is not None and self._course(back.f_code.co_filename):
+        if back is not None and self._genuine(back.f_code):
             return None
-        name = qualified_name(frame)
-        if any(name == a or name.startswith(a + ".") for a in self.allowed):
+        claimed = qualified_name(frame)
+        names = self.index.names[fp] if by_content else (claimed,)
+        if self._allowed(names):
             return None
-        return name
+        return claimed if claimed in names else names[0]
 
 
 # --------------------------------------------------------------------------- plain-data encoding
@@ -407,6 +434,7 @@ def _warm_serialisation() -> None:
         torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
         machinery_files()
         course_dirs()
+        course_code()      # compiled once in the session: every worker inherits the index
         _SERIALISATION_WARM[0] = True
 
 

@@ -213,6 +213,8 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     codes = _forbidden_code_objects(forbidden)
 
     stop = [False]  # set by this thread on time-out; the worker's tracer then raises
+    # bound now, before the learner's code runs: patching the guard's class later changes nothing
+    refused = course.refused if course is not None else None
 
     def local_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
@@ -227,8 +229,8 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             if outcome.forbidden is None:
                 outcome.forbidden = label
             raise ForbiddenCall(label)
-        if course is not None:
-            name = course.refused(frame)
+        if refused is not None:
+            name = refused(frame)
             if name is not None:
                 if outcome.course_call is None:
                     outcome.course_call = name

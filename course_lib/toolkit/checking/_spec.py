@@ -92,11 +92,16 @@ class Mistake:
     """A known misconception: ``fn`` is a buggy implementation whose outputs identify it.
 
     ``message`` names the misconception and says how to fix it; it is shown verbatim.
+    ``tolerance``: per-dtype ``(atol, rtol)`` within which a learner's output matches this
+    mistake's; by default twice the exercise's own. Set it for a mistake that *is* rounding
+    (float32 arithmetic on a float64 input): two float32 computations of the same formula
+    differ by as much as either differs from the right answer.
     """
 
     id: str
     message: str
     fn: Callable[..., Any]
+    tolerance: Callable[[torch.dtype], tuple[float, float]] | None = None
 
 
 _ORDER = itertools.count()

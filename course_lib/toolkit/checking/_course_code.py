@@ -1,0 +1,200 @@
+"""Recognise the course's own code by what it is, not by the file name it claims.
+
+A code object's ``co_filename`` is the learner's to choose (``f.__code__.replace(co_filename=...)``,
+``exec(compile(inspect.getsource(f), "<x>", "exec"))``, ``marshal.loads(marshal.dumps(code))``,
+``types.FunctionType(code, {})``): all of these keep the bytecode, the constants and the names.
+So every ``.py`` file of the ``course_lib`` package (except the checker's own machinery) is
+compiled once per session, and each code object in it (functions, lambdas, methods, class and
+module bodies, recursively) gets a :func:`fingerprint` of its content: instructions (normalised
+where the compiler's output depends on the surrounding module), constants (nested code objects
+by their own fingerprint), names, argument counts. File name, line numbers, ``co_name`` and
+``co_qualname`` are left out, so a relabelled, renamed, recompiled or marshalled copy has the
+fingerprint of the original.
+
+Not every match is a copy: a learner may write, independently, the same one-line body as a
+small course function (the oracle ``torch.ones(n, n, dtype=torch.bool).tril()``, a declared
+mistake). So a code object is *recognisable* by content only if it carries a docstring (nobody
+retypes the course's docstring by chance) or has at least :data:`MIN_INSTRUCTIONS` instructions.
+Smaller ones are still refused when called directly (by their file, as before); a relabelled
+copy of a one-liner gives the learner nothing they could not type.
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import hashlib
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: A code object without a docstring is recognised by content from this many instructions on.
+MIN_INSTRUCTIONS = 40
+
+
+def _const(c: object, memo: dict[int, bytes]) -> bytes:
+    if isinstance(c, types.CodeType):
+        return b"C" + fingerprint(c, memo)
+    return b"K" + repr((type(c).__name__, c)).encode("utf-8", "backslashreplace")
+
+
+_CACHE = dis.opmap.get("CACHE", -1)
+_EXTENDED = dis.opmap["EXTENDED_ARG"]
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
+_LOAD_ATTR = dis.opmap["LOAD_ATTR"]
+_LOAD_METHOD = dis.opmap.get("LOAD_METHOD", -1)
+_ATTR_FLAG = sys.version_info >= (3, 12)       # LOAD_ATTR's low bit: "push a method"
+
+
+def _instructions(code: types.CodeType) -> tuple[bytes, int]:
+    """The instruction stream (and its length), normalised where the compiler's choice depends
+    on the module around the function: CPython 3.11 emits ``LOAD_GLOBAL NULL + math;
+    LOAD_ATTR sqrt`` for a module imported at the top of the file and ``LOAD_GLOBAL math;
+    LOAD_METHOD sqrt`` otherwise. Cache entries (their sizes differ) and jump targets are left
+    out; the rest of the stream pins the code down."""
+    raw = code.co_code
+    out = bytearray()
+    n = 0
+    ext = 0
+    for k in range(0, len(raw), 2):
+        op, arg = raw[k], raw[k + 1] | ext
+        if op == _CACHE:
+            continue
+        if op == _EXTENDED:
+            ext = arg << 8
+            continue
+        ext = 0
+        n += 1
+        if op == _LOAD_METHOD:
+            op = _LOAD_ATTR
+        elif op == _LOAD_GLOBAL or (op == _LOAD_ATTR and _ATTR_FLAG):
+            arg >>= 1
+        if op in _JUMPS:
+            arg = 0
+        out += op.to_bytes(1, "little") + arg.to_bytes(4, "little")
+    return bytes(out), n
+
+
+def fingerprint(code: types.CodeType, _memo: dict[int, bytes] | None = None) -> bytes:
+    """A digest of ``code``'s content; independent of file, lines, name and qualified name."""
+    memo = {} if _memo is None else _memo
+    key = id(code)
+    if key in memo:
+        return memo[key]
+    h = hashlib.blake2b(digest_size=16)
+    h.update(_instructions(code)[0])
+    for c in code.co_consts:      # the docstring (never loaded) among them
+        h.update(_const(c, memo))
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                   code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount)
+                  ).encode("utf-8", "backslashreplace"))
+    memo[key] = h.digest()
+    return memo[key]
+
+
+def _has_docstring(code: types.CodeType) -> bool:
+    """A function, class or module body whose first constant is its docstring (CPython 3.11+:
+    a function without one has ``None`` there; a lambda or comprehension never has one)."""
+    return (not code.co_name.startswith("<") or code.co_name == "<module>") \
+        and bool(code.co_consts) and isinstance(code.co_consts[0], str)
+
+
+def _size(code: types.CodeType) -> int:
+    return _instructions(code)[1]
+
+
+@dataclass
+class CourseCode:
+    """The fingerprints of the course's code: ``names`` maps each to its qualified names."""
+
+    names: dict[bytes, tuple[str, ...]] = field(default_factory=dict)
+    recognisable: frozenset[bytes] = frozenset()
+    modules: frozenset[bytes] = frozenset()
+    #: :func:`shape` of every recognisable code object: a cheap first test (no hashing)
+    shapes: frozenset[tuple[object, ...]] = frozenset()
+
+
+def shape(code: types.CodeType) -> tuple[object, ...]:
+    """What a copy keeps and a hash is not needed to compare: names and argument count."""
+    return (code.co_names, code.co_varnames, code.co_argcount)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _walk(code: types.CodeType, prefix: str, out: list[tuple[types.CodeType, str]]) -> None:
+    out.append((code, prefix))
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _walk(c, prefix, out)
+
+
+def build_index(root: Path, exclude: frozenset[str]) -> CourseCode:
+    """Compile every ``.py`` under ``root`` except the files in ``exclude`` (resolved paths)."""
+    names: dict[bytes, set[str]] = {}
+    recognisable: set[bytes] = set()
+    modules: set[bytes] = set()
+    shapes: set[tuple[object, ...]] = set()
+    for path in sorted(root.rglob("*.py")):
+        if str(path.resolve()) in exclude:
+            continue
+        try:
+            source = path.read_bytes()
+        except OSError:
+            continue
+        module = _module_name(path, root)
+        # optimize=2 as well: the same code with its docstrings and asserts stripped
+        for optimize in (0, 2):
+            try:
+                top = compile(source, str(path), "exec", dont_inherit=True, optimize=optimize)
+            except (SyntaxError, ValueError):
+                break
+            found: list[tuple[types.CodeType, str]] = []
+            _walk(top, module, found)
+            memo: dict[int, bytes] = {}
+            for code, mod in found:
+                fp = fingerprint(code, memo)
+                qual = mod if code.co_name == "<module>" else f"{mod}.{code.co_qualname}"
+                names.setdefault(fp, set()).add(qual)
+                if code.co_name == "<module>":
+                    modules.add(fp)
+                if _has_docstring(code) or _size(code) >= MIN_INSTRUCTIONS:
+                    recognisable.add(fp)
+                    shapes.add(shape(code))
+    return CourseCode(names={k: tuple(sorted(v)) for k, v in names.items()},
+                      recognisable=frozenset(recognisable), modules=frozenset(modules),
+                      shapes=frozenset(shapes))
+
+
+@functools.lru_cache(maxsize=1)
+def course_code() -> CourseCode:
+    """The index of the installed ``course_lib`` package (built once per session)."""
+    import course_lib
+
+    from ._isolation import machinery_files
+
+    root = Path(course_lib.__file__).parent.resolve()
+    exclude = frozenset(str(Path(f).resolve()) for f in machinery_files())
+    return build_index(root, exclude)
+
+
+class CodeCache:
+    """``fingerprint`` per code object seen, kept by identity (a trace function asks on every
+    call, so each code object is hashed once)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[types.CodeType, bytes]] = {}
+
+    def __call__(self, code: types.CodeType) -> bytes:
+        hit = self._seen.get(id(code))
+        if hit is not None and hit[0] is code:
+            return hit[1]
+        fp = fingerprint(code)
+        self._seen[id(code)] = (code, fp)
+        return fp
+

@@ -1,0 +1,59 @@
+"""How a learner's wrong output is matched with a declared mistake (``_engine._recognise``)."""
+
+from __future__ import annotations
+
+import torch
+
+from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._compare import same_output
+from course_lib.toolkit.checking._engine import run_check
+from course_lib.toolkit.checking._spec import DEFAULT_TOLERANCES
+
+
+def _exercise(*mistakes: Mistake) -> Exercise:
+    return Exercise(id="_matching_probe", chapter="00_test", title="probe",
+                    signature="double(x) -> like x", params=("x",),
+                    cases=lambda gen: [Case("zeros", (torch.zeros(5),))],
+                    oracle=lambda x: 2 * x, solution=lambda x: 2 * x, hints=("double it",),
+                    mistakes=mistakes)
+
+
+def test_a_mistake_that_is_right_on_the_failing_case_is_never_named():
+    """The mistake's output passes the correctness check; the learner's, 1.5e-5 off, does not
+    (atol 1e-5), though the two agree within twice the tolerance."""
+    ex = _exercise(Mistake("almost_right", "never shown", lambda x: 2 * x + 1e-7))
+    result = run_check(ex, lambda x: 2 * x + 1.5e-5, seed=0, isolate=False, watch=False)
+    assert not result.passed and result.mistake == "wrong_values", result.message
+
+
+def test_a_mistake_that_is_wrong_there_is_named():
+    ex = _exercise(Mistake("plus_one", "You added one.", lambda x: 2 * x + 1))
+    result = run_check(ex, lambda x: x + x + 1, seed=0, isolate=False, watch=False)
+    assert result.mistake == "plus_one" and result.message.startswith("You added one."), \
+        result.message
+
+
+def test_learner_and_mistake_agree_within_twice_the_correctness_tolerance_only():
+    tol = DEFAULT_TOLERANCES.get
+    atol, _ = DEFAULT_TOLERANCES[torch.float32]
+    b = torch.zeros(4)
+    assert same_output(b + 1.9 * atol, b, tol)
+    assert not same_output(b + 3 * atol, b, tol)     # the old 10x slack accepted this
+
+
+def test_nan_and_minus_inf_agree_as_nothing_to_attend_to():
+    tol = DEFAULT_TOLERANCES.get
+    a = torch.tensor([1.0, float("-inf"), float("nan")])
+    b = torch.tensor([1.0, float("nan"), float("-inf")])
+    assert same_output(a, b, tol) and same_output(b, a, tol)
+    assert same_output(torch.tensor(float("-inf")), torch.tensor(float("nan")), tol)
+    assert not same_output(torch.tensor([float("inf")]), torch.tensor([float("nan")]), tol)
+
+
+def test_the_forbidden_call_refusal_counts_like_the_other_messages():
+    from course_lib.toolkit.checking._registry import registry
+
+    result = run_check(registry()["softmax"], lambda x, dim=-1: torch.softmax(x, dim), seed=0,
+                       isolate=False)
+    assert result.mistake == "forbidden_call"
+    assert result.message.endswith("\n0 of 8 cases passed."), result.message
