@@ -171,7 +171,7 @@ def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResul
                        message=message)
 
 
-def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float = 10.0,
+def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None = None,
               seed: int | None = None, isolate: bool = True,
               refuse_course: bool = True, watch: bool = True) -> CheckResult:
     """Check ``fn`` against ``ex``; may raise only on a bug in the declaration itself.
@@ -184,6 +184,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     limit or watch at all (the statistical tests of the course's own solutions and mistakes).
     """
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    timeout = ex.time_limit if timeout is None else timeout
     gen = torch.Generator().manual_seed(seed)
     cases = ex.cases(gen)
     tol = ex.tolerance
@@ -230,8 +231,9 @@ def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
         if out.timed_out:
             return _fail(ex, cases, runs, printed, "timeout", case,
                          f"Your function did not finish within {_fmt_seconds(timeout)} on {where}, "
-                         "so the check stopped it. An endless loop? (a `while` whose condition "
-                         "never becomes False, or a loop over an iterator that restarts?)")
+                         "so the check stopped it. "
+                         + (ex.time_limit_note or "An endless loop? (a `while` whose condition "
+                            "never becomes False, or a loop over an iterator that restarts?)"))
         if out.ended is not None:
             mistake, message = _ended_message(out.ended, where)
             return _fail(ex, cases, runs, printed, mistake, case, message)
@@ -344,6 +346,21 @@ def _explains(ex: Exercise, m: Mistake, r: _Run) -> bool:
     produced, value = _mistake_output(m, r.case)
     if not produced or not _agrees(r.outcome.value, value, ex.tolerance):
         return False
+    if r.problem is not None and r.problem.kind not in _STRUCTURAL:
+        # A mistake that gives the right answer on this failing case (within a tenth of the
+        # tolerance: round-off, not a mistake) cannot be what went wrong. A tenth, not the
+        # tolerance itself: a mistake whose error sits near the tolerance (float16 rounding)
+        # may pass a case by a hair that the learner's version of it fails by a hair.
+        def tenth(dtype: torch.dtype) -> tuple[float, float]:
+            atol, rtol = ex.tolerance(dtype)
+            return atol / 10, rtol / 10
+        try:
+            magnitude = ex.magnitude(*fresh_args(r.case.args)[0]) if ex.magnitude else None
+            if compare(r.expected, value, tenth, names=ex.output_names,
+                       magnitude=magnitude) is None:
+                return False
+        except Exception:
+            return False
     if r.problem is not None and r.problem.kind in _STRUCTURAL:
         try:   # same_output ignores dtypes: the mistake must be wrong in the same way
             own = compare(r.expected, value, ex.tolerance, names=ex.output_names)
