@@ -313,6 +313,7 @@ def test_flash_unmasked_last_block_is_refused_as_out_of_bounds():
     assert "in _buggy_flash: k = tl.load(" in r.message and "_check_access" not in r.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug,seed", [
     (dict(SWAP_IDS=True), 6),            # grid (query blocks, B·H) read as (B·H, query blocks)
     (dict(HEAD_STRIDE=16), 7),           # head bh at bh·E: the heads overlap
@@ -347,6 +348,7 @@ def test_attention_in_torch_is_refused():
     assert r.mistake == "forbidden_call" and "matrix products" in r.message
 
 
+@pytest.mark.slow
 def test_float16_softmax_that_subtracts_the_max_is_not_named_no_max_shift():
     """no_max_shift's simulation equals the right answer on ordinary rows: it cannot be what
     went wrong there (it was named on 13 of 20 seeds before the engine's rule)."""

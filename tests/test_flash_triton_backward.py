@@ -154,11 +154,13 @@ def _buggy_backward(block=16, ds_scale=None, **bugs):
     return backward
 
 
+@pytest.mark.slow
 def test_the_buggy_backward_without_bugs_passes():
     r = exercises.check("triton_flash_backward", _buggy_backward(), record=False, seed=2)
     assert r.passed, r.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mistake,fn", [
     ("d_term_forgotten", lambda: _buggy_backward(D_TERM=False)),
     ("ds_scale_log2e", lambda: _buggy_backward(ds_scale=lambda e: LOG2E / math.sqrt(e))),
