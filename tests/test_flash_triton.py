@@ -102,6 +102,11 @@ if chapter.TRITON_AVAILABLE:
         tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
     @triton.jit
+    def _copy_first_block(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)        # every program writes the same block: a race
+        tl.store(y_ptr + offs, tl.load(x_ptr + tl.program_id(0) * BLOCK + offs))
+
+    @triton.jit
     def _dot_k8(a_ptr, c_ptr, K: tl.constexpr):
         r = tl.arange(0, 16)
         ks = tl.arange(0, K)
@@ -166,17 +171,33 @@ if chapter.TRITON_AVAILABLE:
                      IS_CAUSAL: tl.constexpr, BLOCK: tl.constexpr, D: tl.constexpr,
                      MASK_LOADS: tl.constexpr, MASK_SCORES: tl.constexpr,
                      RESCALE_ACC: tl.constexpr, RESCALE_L: tl.constexpr, USE_EXP: tl.constexpr,
-                     DIAG: tl.constexpr, WRITE_LSE: tl.constexpr, LSE_SCALE: tl.constexpr):
-        block = tl.program_id(0)
-        head = tl.program_id(1) * N * D
+                     DIAG: tl.constexpr, WRITE_LSE: tl.constexpr, LSE_SCALE: tl.constexpr,
+                     NO_MAX: tl.constexpr, ACC16: tl.constexpr, PV16: tl.constexpr,
+                     DROP_TAIL: tl.constexpr, SWAP_IDS: tl.constexpr, HEAD_STRIDE: tl.constexpr,
+                     GUARD_EMPTY: tl.constexpr):
+        if SWAP_IDS:
+            block = tl.program_id(1)
+            bh = tl.program_id(0)
+        else:
+            block = tl.program_id(0)
+            bh = tl.program_id(1)
+        if HEAD_STRIDE == 0:
+            head = bh * N * D
+        else:
+            head = bh * HEAD_STRIDE                    # a wrong stride per head
         rows = block * BLOCK + tl.arange(0, BLOCK)
         dims = tl.arange(0, D)
         q = tl.load(q_ptr + head + rows[:, None] * D + dims[None, :], mask=rows[:, None] < N,
                     other=0.0)
         m = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
         ell = tl.zeros((BLOCK,), dtype=tl.float32)
-        acc = tl.zeros((BLOCK, D), dtype=tl.float32)
+        if ACC16:
+            acc = tl.zeros((BLOCK, D), dtype=tl.float16)
+        else:
+            acc = tl.zeros((BLOCK, D), dtype=tl.float32)
         hi = (block + 1) * BLOCK if IS_CAUSAL else N
+        if DROP_TAIL:
+            hi = hi // BLOCK * BLOCK
         for start in range(0, hi, BLOCK):
             keys = start + tl.arange(0, BLOCK)
             if MASK_LOADS:
@@ -192,32 +213,53 @@ if chapter.TRITON_AVAILABLE:
                 s = tl.where(keys[None, :] < N, s, float("-inf"))
             if IS_CAUSAL:
                 s = tl.where(keys[None, :] <= rows[:, None] + DIAG, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            if USE_EXP:
-                alpha = tl.exp(m - m_new)
-                p = tl.exp(s - m_new[:, None])
+            if NO_MAX:
+                m_new = m
+                alpha = tl.full((BLOCK,), 1.0, dtype=tl.float32)
+                p = tl.exp2(s)
             else:
-                alpha = tl.exp2(m - m_new)
-                p = tl.exp2(s - m_new[:, None])
+                m_new = tl.maximum(m, tl.max(s, axis=1))
+                if GUARD_EMPTY:   # rows with no key yet: subtract 0 instead of -inf (no NaN)
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp2(m - m_use)
+                    p = tl.exp2(s - m_use[:, None])
+                elif USE_EXP:
+                    alpha = tl.exp(m - m_new)
+                    p = tl.exp(s - m_new[:, None])
+                else:
+                    alpha = tl.exp2(m - m_new)
+                    p = tl.exp2(s - m_new[:, None])
             if RESCALE_L:
                 ell = alpha * ell + tl.sum(p, axis=1)
             else:
                 ell = ell + tl.sum(p, axis=1)
-            if RESCALE_ACC:
-                acc = acc * alpha[:, None] + tl.dot(p, v)
+            if PV16:
+                pv = tl.dot(p.to(tl.float16), v.to(tl.float16))
             else:
-                acc = acc + tl.dot(p, v)
+                pv = tl.dot(p, v)
+            if RESCALE_ACC:
+                acc = acc * alpha[:, None] + pv
+            else:
+                acc = acc + pv
+            if ACC16:
+                acc = acc.to(tl.float16)
             m = m_new
+        if NO_MAX:
+            m = tl.zeros((BLOCK,), dtype=tl.float32)
         tl.store(o_ptr + head + rows[:, None] * D + dims[None, :], acc / ell[:, None],
                  mask=rows[:, None] < N)
         if WRITE_LSE:
-            tl.store(lse_ptr + tl.program_id(1) * N + rows, (m + tl.log2(ell)) * LSE_SCALE,
-                     mask=rows < N)
+            tl.store(lse_ptr + bh * N + rows, (m + tl.log2(ell)) * LSE_SCALE, mask=rows < N)
+
+
+_BUG_FLAGS = dict(MASK_LOADS=True, MASK_SCORES=True, RESCALE_ACC=True, RESCALE_L=True,
+                  USE_EXP=False, DIAG=0, WRITE_LSE=True, LSE_SCALE=LN2, NO_MAX=False,
+                  ACC16=False, PV16=False, DROP_TAIL=False, SWAP_IDS=False, HEAD_STRIDE=0,
+                  GUARD_EMPTY=False)
 
 
 def _buggy(block=32, factor=LOG2E, **bugs):
-    flags = dict(MASK_LOADS=True, MASK_SCORES=True, RESCALE_ACC=True, RESCALE_L=True,
-                 USE_EXP=False, DIAG=0, WRITE_LSE=True, LSE_SCALE=LN2)
+    flags = dict(_BUG_FLAGS)
     flags.update(bugs)
 
     def flash_forward(q, k, v, is_causal=False):
@@ -246,7 +288,15 @@ def test_the_buggy_kernel_without_bugs_passes():
     ("lse_not_written", lambda: _buggy(WRITE_LSE=False)),
     ("lse_base_2", lambda: _buggy(LSE_SCALE=1.0)),
     ("causal_excludes_diagonal", lambda: _buggy(DIAG=-1)),
+    ("causal_excludes_diagonal", lambda: _buggy(DIAG=-1, GUARD_EMPTY=True)),   # lse = -inf
     ("causal_one_ahead_block32", lambda: _buggy(DIAG=1)),
+    ("no_running_max", lambda: _buggy(NO_MAX=True)),
+    ("accumulator_float16_block16", lambda: _buggy(block=16, ACC16=True)),
+    ("accumulator_float16_block32", lambda: _buggy(ACC16=True)),
+    ("pv_float16_block32", lambda: _buggy(PV16=True)),
+    ("pv_float16_block16", lambda: _buggy(block=16, PV16=True)),
+    ("key_tail_dropped_block16", lambda: _buggy(block=16, DROP_TAIL=True)),
+    ("key_tail_dropped_block32", lambda: _buggy(DROP_TAIL=True)),
 ])
 def test_flash_mistakes_are_diagnosed(mistake, fn):
     r = exercises.check("triton_flash_forward", fn(), record=False, seed=3)
@@ -263,6 +313,31 @@ def test_flash_unmasked_last_block_is_refused_as_out_of_bounds():
     assert "in _buggy_flash: k = tl.load(" in r.message and "_check_access" not in r.message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("bug,seed", [
+    (dict(SWAP_IDS=True), 6),            # grid (query blocks, B·H) read as (B·H, query blocks)
+    (dict(HEAD_STRIDE=16), 7),           # head bh at bh·E: the heads overlap
+    (dict(HEAD_STRIDE=40 * 16 * 2), 8),  # head bh at bh·2·L·E: past the end
+])
+def test_wrong_grid_or_head_stride_points_at_the_offsets_not_at_a_mask(bug, seed):
+    r = exercises.check("triton_flash_forward", _buggy(block=16, **bug), record=False, seed=seed)
+    assert not r.passed, r.message
+    assert "Check the offsets, not the mask" in r.message, r.message
+    assert "Mask the access" not in r.message, r.message
+
+
+def test_unmasked_tail_still_advises_the_mask():
+    r = exercises.check("triton_flash_forward", _buggy(MASK_LOADS=False, MASK_SCORES=False),
+                        record=False, seed=4)
+    assert "Mask the access" in r.message and "Check the offsets" not in r.message, r.message
+
+
+def test_two_programs_writing_one_element_is_a_race():
+    x, y = torch.randn(32), torch.empty(16)
+    with pytest.raises(checking.WriteConflict, match="race"):
+        _copy_first_block[(2,)](x, y, 16, BLOCK=16)
+
+
 def test_attention_in_torch_is_refused():
     def cheat(q, k, v, is_causal=False):
         s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -271,6 +346,15 @@ def test_attention_in_torch_is_refused():
     assert r.mistake == "forbidden_call"
     r = exercises.check("triton_matmul", lambda a, b: a @ b, record=False)
     assert r.mistake == "forbidden_call" and "matrix products" in r.message
+
+
+@pytest.mark.slow
+def test_float16_softmax_that_subtracts_the_max_is_not_named_no_max_shift():
+    """no_max_shift's simulation equals the right answer on ordinary rows: it cannot be what
+    went wrong there (it was named on 13 of 20 seeds before the engine's rule)."""
+    for seed in range(3):
+        r = exercises.check("triton_softmax", _WARM_UPS["fp16_shifted"], record=False, seed=seed)
+        assert not r.passed and r.mistake != "no_max_shift", r.message
 
 
 @pytest.mark.parametrize("exercise_id,mistake,fn", [
@@ -286,10 +370,12 @@ def test_warm_up_mistakes_are_diagnosed(exercise_id, mistake, fn):
 if chapter.TRITON_AVAILABLE:
     @triton.jit
     def _softmax_bug(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr, SHIFT: tl.constexpr,
-                     OTHER: tl.constexpr):
+                     OTHER: tl.constexpr, FP16: tl.constexpr = False):
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=OTHER)
+        if FP16:
+            x = x.to(tl.float16)
         if SHIFT:
             x = x - tl.max(x, axis=0)
         p = tl.exp(x)
@@ -310,11 +396,11 @@ if chapter.TRITON_AVAILABLE:
         tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty),
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
 
-    def _softmax_launch(shift, other):
+    def _softmax_launch(shift, other, fp16=False):
         def softmax(x):
             y = torch.empty_like(x)
             _softmax_bug[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(
-                x.shape[1]), SHIFT=shift, OTHER=other)
+                x.shape[1]), SHIFT=shift, OTHER=other, FP16=fp16)
             return y
         return softmax
 
@@ -325,4 +411,5 @@ if chapter.TRITON_AVAILABLE:
         return c
 
     _WARM_UPS = {"pad_zero": _softmax_launch(True, 0.0),
+                 "fp16_shifted": _softmax_launch(True, float("-inf"), fp16=True),
                  "no_shift": _softmax_launch(False, float("-inf")), "overwrite": _overwrite}

@@ -6,9 +6,16 @@ of ``triton.runtime.interpreter``, for every kernel launched in this process, le
 - **bounds**: each launch records the byte range of every tensor argument; each ``tl.load`` /
   ``tl.store`` then checks that every address its mask lets through lies inside the tensor the
   access points into. The interpreter itself would read garbage (or crash) without a word; here
-  the launch stops with :class:`OutOfBounds`, naming the program id and the offsets.
+  the launch stops with :class:`OutOfBounds`, naming the program id and the offsets. An access
+  that is not a ragged tail (all of it outside, or before the start) points at the offsets
+  (a stride or the grid), not at a missing mask.
+- **writes**: each store notes which program wrote each element. Two programs writing one
+  element (a race on a GPU) or a launch that leaves part of a tensor it writes to unwritten
+  (the grid or the offsets do not cover it) stops with :class:`WriteConflict`.
 - **tl.dot shapes**: the GPU's minimum K (16 for 16-bit inputs, 8 for float32), which the
   interpreter switches off.
+- **TF32** (an option, :func:`emulate_tf32`): float32 ``tl.dot`` inputs rounded to TF32, as an
+  NVIDIA GPU does unless ``input_precision="ieee"``.
 - **the source**: :func:`gpu_source_problems` reads each kernel's code (``ast``) for what runs in
   the interpreter (plain Python) but does not compile for a GPU: ``break``/``continue``, ``try``,
   ``lambda``, calls into ``numpy``/``torch``, and the removed block pointers.
@@ -22,8 +29,10 @@ into an ``InterpreterError``) and a kernel's own ``except`` let them through unc
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +41,8 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter as _interp
 
-__all__ = ["GpuConstraint", "OutOfBounds", "gpu_source_problems", "install", "installed"]
+__all__ = ["GpuConstraint", "OutOfBounds", "WriteConflict", "emulate_tf32", "gpu_source_problems",
+           "install", "installed", "to_tf32"]
 
 
 class OutOfBounds(BaseException):
@@ -43,6 +53,20 @@ class GpuConstraint(BaseException):
     """The kernel runs in the interpreter but would not compile (or would fail) on a GPU."""
 
 
+class WriteConflict(BaseException):
+    """Two programs wrote the same element (a race on a GPU), or a launch left part of an output
+    it writes to unwritten (the grid or the offsets do not cover it)."""
+
+
+#: What to check when the offsets themselves are wrong (not a ragged tail a mask would fix).
+_OFFSETS_ADVICE = (
+    "Check the offsets, not the mask: the stride each index is multiplied by (for a contiguous "
+    "(B, H, L, E) tensor, head bh starts at bh·L·E and row i of it at i·E) and that each "
+    "tl.program_id(axis) is used for the grid axis it was launched for (with grid = "
+    "(cdiv(L, BLOCK_M), B·H), program_id(0) is the query block and program_id(1) the "
+    "batch·head).")
+
+
 @dataclass
 class _Tensor:
     name: str
@@ -50,6 +74,8 @@ class _Tensor:
     hi: int        # one past the last byte
     numel: int
     itemsize: int
+    contiguous: bool = True
+    writer: np.ndarray | None = None   # per element: the program that stored it (-1: none)
 
 
 @dataclass
@@ -67,7 +93,8 @@ def _extent(name: str, t: torch.Tensor) -> _Tensor:
     if t.numel() == 0:
         return _Tensor(name, lo, lo, 0, t.element_size())
     last = sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
-    return _Tensor(name, lo, lo + (last + 1) * t.element_size(), t.numel(), t.element_size())
+    return _Tensor(name, lo, lo + (last + 1) * t.element_size(), t.numel(), t.element_size(),
+                   t.is_contiguous())
 
 
 # --------------------------------------------------------------------------- bounds
@@ -88,6 +115,8 @@ def _check_access(kind: str, ptrs: Any, mask: Any) -> None:
     counts = [int(x.sum()) for x in inside]
     best = int(np.argmax(counts))
     if counts[best] == a.size:
+        if kind == "store":
+            _record_store(launch.tensors[best], a)
         return
     if counts[best] == 0:   # the whole access is outside: the tensor it started from
         starts = [t for t in launch.tensors if t.lo <= int(a.min())]
@@ -101,15 +130,74 @@ def _check_access(kind: str, ptrs: Any, mask: Any) -> None:
     offset = (first - owner.lo) // owner.itemsize
     pos = tuple(int(i) for i in where[0])
     pid = _interp.interpreter_builder.grid_idx
+    grid = tuple(int(g) for g in _interp.interpreter_builder.grid_dim)
     verb = "reads" if kind == "load" else "writes"
+    # A ragged tail: part of the access inside, the rest just past the end (a mask fixes it).
+    # Anything else (all of it outside, or before the start) means the offsets are wrong.
+    span = int(a.max() - a.min()) + size
+    tail = bool(ok.any()) and bool((a[bad] >= owner.hi).all()) \
+        and int(a[bad].max()) < owner.hi + span
+    if tail:
+        advice = ("Mask the access (mask=offsets < size) so that lanes past the end touch "
+                  "nothing.")
+    else:
+        where_ = "before its start" if first < owner.lo else (
+            f"{(first - owner.hi) // owner.itemsize} elements past its end")
+        advice = (f"This is not a ragged tail that a mask would fix: "
+                  f"{'every address' if not ok.any() else 'addresses'} of this access lie "
+                  f"outside `{owner.name}` (the first {where_}), for program id "
+                  f"{tuple(int(p) for p in pid)} of the grid {grid}. " + _OFFSETS_ADVICE)
     raise OutOfBounds(
         f"tl.{kind} {verb} outside the tensor `{owner.name}` in kernel `{launch.kernel}`, "
         f"program id {tuple(int(p) for p in pid)}: {int(bad.sum())} of the {a.size} addresses "
         f"its mask lets through are out of bounds, the first at element offset {offset} (block "
         f"position {pos}); `{owner.name}` has {owner.numel} elements. The interpreter would "
-        f"{'read garbage' if kind == 'load' else 'write'} there silently, a GPU may crash. Mask "
-        f"the access (mask=offsets < size) so that lanes past the end touch nothing."
+        f"{'read garbage' if kind == 'load' else 'write'} there silently, a GPU may crash. "
+        + advice
     )
+
+
+def _program() -> int:
+    """The running program's linear id."""
+    x, y, z = (int(i) for i in _interp.interpreter_builder.grid_idx)
+    gx, gy, _ = (int(g) for g in _interp.interpreter_builder.grid_dim)
+    return x + gx * (y + gy * z)
+
+
+def _record_store(t: _Tensor, addrs: np.ndarray) -> None:
+    """Note which program wrote each element; two programs writing one element is a race."""
+    if t.writer is None:
+        t.writer = np.full((t.hi - t.lo) // t.itemsize, -1, dtype=np.int64)
+    idx = (addrs - t.lo) // t.itemsize
+    me = _program()
+    before = t.writer[idx]
+    clash = (before >= 0) & (before != me)
+    if clash.any():
+        other = int(before[clash][0])
+        gx, gy, _ = (int(g) for g in _interp.interpreter_builder.grid_dim)
+        other_id = (other % gx, other // gx % gy, other // (gx * gy))
+        raise WriteConflict(
+            f"tl.store: program id {tuple(int(p) for p in _interp.interpreter_builder.grid_idx)} "
+            f"writes element {int(idx[clash][0])} of `{t.name}`, which program id {other_id} "
+            f"already wrote ({int(clash.sum())} elements in this store). On a GPU the programs "
+            f"run at the same time, so which value survives is a race. Each program must own "
+            f"its part of the output. " + _OFFSETS_ADVICE)
+    t.writer[idx] = me
+
+
+def _check_coverage(launch: _Launch) -> None:
+    """After a launch: an output it wrote to must be written everywhere (contiguous tensors)."""
+    for t in launch.tensors:
+        if t.writer is None or not t.contiguous:
+            continue
+        missing = t.writer < 0
+        if missing.any():
+            first = int(np.argmax(missing))
+            raise WriteConflict(
+                f"After the launch of `{launch.kernel}`, {int(missing.sum())} of the "
+                f"{t.numel} elements of `{t.name}` were never written (the first at element "
+                f"offset {first}): no program stored there, so they hold whatever the memory "
+                f"held. The grid and the offsets do not cover the output. " + _OFFSETS_ADVICE)
 
 
 # --------------------------------------------------------------------------- GPU rules
@@ -172,6 +260,47 @@ def _check_source(fn: Any) -> None:
                             "compile for a GPU:\n- " + "\n- ".join(problems))
 
 
+# --------------------------------------------------------------------------- TF32
+
+
+#: Whether float32 tl.dot inputs are rounded to TF32 (see :func:`emulate_tf32`).
+_TF32 = [False]
+
+
+def to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32: 10 explicit mantissa bits (of 23), round to nearest with
+    ties away from zero, as ``cvt.rna.tf32.f32`` does on an NVIDIA GPU; exponent range unchanged."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+@contextlib.contextmanager
+def emulate_tf32(enabled: bool = True) -> Iterator[None]:
+    """Inside: every float32 ``tl.dot`` whose ``input_precision`` is not ``"ieee"`` rounds its
+    inputs to TF32 first, as an NVIDIA GPU (Ampere or later) does by default; the products are
+    then exact and accumulate in float32. ``exercises.check`` inside it runs the learner's kernel
+    that way too (the worker is forked from this process), so the check shows the error the
+    kernel will have on a GPU."""
+    before = _TF32[0]
+    _TF32[0] = enabled
+    try:
+        yield
+    finally:
+        _TF32[0] = before
+
+
+def _tf32_inputs(lhs: Any, rhs: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    precision = kwargs.get("input_precision", args[1] if len(args) > 1 else None)
+    precision = getattr(precision, "value", precision)
+    if not _TF32[0] or str(precision).lower() in ("ieee", "tf32x3") \
+            or lhs.dtype != tl.float32 or rhs.dtype != tl.float32:
+        return lhs, rhs
+    return tuple(tl.core.tensor(_interp.TensorHandle(to_tf32(t.handle.data), t.handle.dtype),
+                                t.type) for t in (lhs, rhs))
+
+
 def _min_dot_k(lhs: Any) -> int:
     bits = lhs.type.scalar.primitive_bitwidth
     return {8: 32, 16: 16, 32: 8, 64: 4}.get(bits, 16)
@@ -210,7 +339,10 @@ def install() -> None:
     def __call__(self, *args, **kwargs):
         previous = _CURRENT[0]
         try:
-            return _ORIGINAL["call"](self, *args, **kwargs)
+            result = _ORIGINAL["call"](self, *args, **kwargs)
+            if _CURRENT[0] is not None and _CURRENT[0] is not previous:
+                _check_coverage(_CURRENT[0])
+            return result
         finally:
             _CURRENT[0] = previous
 
@@ -239,13 +371,15 @@ def install() -> None:
                 f"tl.dot with {lhs.type.scalar} inputs needs K ≥ {need} on a GPU, and this one has "
                 f"K = {int(k)} (the shared dimension: a's columns, b's rows). The interpreter "
                 f"would accept it, a GPU compiler would not: use a block of at least {need}.")
+        lhs, rhs = _tf32_inputs(lhs, rhs, args, kwargs)
         return _ORIGINAL["dot"](lhs, rhs, *args, **kwargs)
 
     # The learner's traceback (toolkit.checking) leaves out library frames by file name: file
     # these wrappers under the interpreter's name, so that it shows the learner's kernel line
     # and the message, not this module's plumbing.
     for f in (_init_args_hst, __call__, create_masked_load, create_masked_store, run, dev_call,
-              dot, _check_access, _check_source):
+              dot, _check_access, _check_source, _record_store, _check_coverage, _program,
+              _tf32_inputs):
         f.__code__ = f.__code__.replace(co_filename=_interp.__file__)
     GE._init_args_hst = _init_args_hst
     GE.__call__ = __call__

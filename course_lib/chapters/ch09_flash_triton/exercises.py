@@ -31,18 +31,40 @@ if TRITON_AVAILABLE:
     import triton
 
     from . import checking  # noqa: F401  (installs the bounds and GPU-rule checks)
-    from .kernels import flash_fwd_kernel, matmul_kernel, softmax_kernel
+    from .kernels import (
+        flash_bwd_delta_kernel,
+        flash_bwd_dkdv_kernel,
+        flash_bwd_dq_kernel,
+        flash_fwd_kernel,
+        matmul_kernel,
+        softmax_kernel,
+    )
 else:  # pragma: no cover - exercised on platforms without Triton wheels
     def _missing(*args, **kwargs):
         raise RuntimeError(TRITON_MISSING)
 
     flash_fwd_kernel = matmul_kernel = softmax_kernel = triton = _missing  # type: ignore
+    flash_bwd_delta_kernel = flash_bwd_dkdv_kernel = flash_bwd_dq_kernel = _missing  # type: ignore
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 #: Block sizes a learner's kernel plausibly uses: block-dependent mistakes are simulated for each.
 BLOCKS = (16, 32, 64)
 CHAPTER = "09_flash_triton"
+#: Seconds per call. Triton's interpreter runs every program of the grid as Python, one after the
+#: other: a right kernel with the smallest legal tiles (16 × 16) must finish well inside these on
+#: a loaded 2-core machine (bench/check_latency.py --triton measures it).
+TIME_LIMITS = {"triton_softmax": 30.0, "triton_matmul": 30.0, "triton_flash_forward": 90.0,
+               "triton_flash_backward": 120.0}
+
+
+def _time_note(limit: float) -> str:
+    return (f"Triton's interpreter runs each program of your grid as plain Python, so kernels are "
+            f"slow here, but a right kernel with 16 × 16 tiles finishes each case in a few "
+            f"seconds; the limit is {limit:.0f} s. Look for a loop that never ends (a `while`) or "
+            f"that visits far more blocks than needed (each program should visit cdiv(S, BLOCK_N) "
+            f"key blocks, causal ones only up to the diagonal), or a grid much larger than "
+            f"cdiv(L, BLOCK_M) × B·H.")
 
 # --------------------------------------------------------------------------- row softmax
 
@@ -94,6 +116,8 @@ def _softmax_pad_zero(x):
 TRITON_SOFTMAX = Exercise(
     id="triton_softmax",
     chapter=CHAPTER,
+    time_limit=TIME_LIMITS["triton_softmax"],
+    time_limit_note=_time_note(TIME_LIMITS["triton_softmax"]),
     allowed_course_calls=(CHECKING,),
     title="A row-softmax kernel",
     signature="triton_softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
@@ -172,6 +196,8 @@ def _last_k_block(block_k: int):
 TRITON_MATMUL = Exercise(
     id="triton_matmul",
     chapter=CHAPTER,
+    time_limit=TIME_LIMITS["triton_matmul"],
+    time_limit_note=_time_note(TIME_LIMITS["triton_matmul"]),
     allowed_course_calls=(CHECKING,),
     title="A tiled matmul kernel with tl.dot",
     signature="triton_matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
@@ -214,15 +240,26 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
     # keys growing along the sequence: later key blocks raise the running maximum
     q, k, v = qkv(1, 1, 48, 16)
     k = k * torch.linspace(0.5, 3.0, 48)[:, None]
+    big_q, big_k, big_v = qkv(1, 1, 40, 16)
+    few_q, few_k, few_v = qkv(1, 2, 5, 16)
+    many_q, many_k, many_v = qkv(1, 1, 100, 16)
     return [
-        Case("N = 40 (not a multiple of the block)", (*qkv(1, 2, 40, 16), False)),
-        Case("N = 40, causal", (*qkv(1, 2, 40, 16), True)),
-        Case("N = 5 (smaller than a block)", (*qkv(1, 1, 5, 16), False)),
-        Case("N = 7, causal, two batches", (*qkv(2, 1, 7, 16), True)),
+        Case("L = 40 (not a multiple of the block)", (*qkv(1, 2, 40, 16), False)),
+        Case("L = 40, causal", (*qkv(1, 2, 40, 16), True)),
+        Case("L = 5 (smaller than a block)", (*qkv(1, 1, 5, 16), False)),
+        Case("L = 7, causal, two batches", (*qkv(2, 1, 7, 16), True)),
         Case("the running maximum moves", (2.0 * q, k, v, False),
              note="later key blocks hold the larger scores"),
-        Case("D = 32, causal", (*qkv(2, 1, 33, 32), True)),
-        Case("N = 100, causal", (*qkv(1, 2, 100, 16), True),
+        Case("scores in the hundreds", (10.0 * big_q, 10.0 * big_k, big_v, False),
+             note="exp2 of the raw scores overflows float32 unless the running maximum is "
+                  "subtracted"),
+        Case("values in the hundreds, one key block", (0.3 * few_q, few_k, 100.0 * few_v, False),
+             note="V is 100× larger: float16 rounding of P or V shows"),
+        Case("values in the hundreds, L = 100", (0.3 * many_q, many_k, 100.0 * many_v, False),
+             note="V is 100× larger and there are many key blocks: a float16 accumulator "
+                  "shows"),
+        Case("E = 32, causal", (*qkv(2, 1, 33, 32), True)),
+        Case("L = 100, causal", (*qkv(1, 2, 100, 16), True),
              note="no tensor may have two dims of size >= 100", max_square=100),
     ]
 
@@ -244,7 +281,7 @@ def _flash_oracle(q, k, v, is_causal=False):
 
 def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention-2 forward: ``(out (B, H, N, D), lse (B, H, N))`` from one Triton kernel."""
+    """FlashAttention-2 forward: ``(out (B, H, L, E), lse (B, H, L))`` from one Triton kernel."""
     B, H, N, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
@@ -258,9 +295,12 @@ def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescale_l=True,
                pad_keys=False, factor=LOG2E, base=2.0, lse_scale=LN2, diag=0, lse_zero=False,
-               leak_block=None):
+               leak_block=None, no_max=False, acc16=False, pv16=False, drop_tail=False):
     """A float64 model of a (possibly buggy) kernel: key blocks of ``block``, scores times
-    ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``.
+    ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``. ``no_max``: no
+    running maximum (exp2 of the raw scores, in float32 as on the GPU); ``acc16``: the accumulator
+    rounded to float16 after each key block; ``pv16``: P and V rounded to float16 before P·V;
+    ``drop_tail``: the keys of the last, ragged key block never visited.
 
     Query rows are processed 16 at a time and products are element-wise, so that the model never
     holds an N×N tensor nor calls a matrix product (both refused during a check)."""
@@ -268,14 +308,14 @@ def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescal
     for r0 in range(0, q.shape[-2], 16):
         o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + 16, q.shape[-2]), is_causal, block,
                                  rescale_acc, rescale_l, pad_keys, factor, base, lse_scale,
-                                 diag, lse_zero, leak_block)
+                                 diag, lse_zero, leak_block, no_max, acc16, pv16, drop_tail)
         outs.append(o)
         lses.append(lse)
     return torch.cat(outs, -2).to(q.dtype), torch.cat(lses, -1).to(torch.float32)
 
 
 def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, pad_keys, factor,
-                    base, lse_scale, diag, lse_zero, leak_block):
+                    base, lse_scale, diag, lse_zero, leak_block, no_max, acc16, pv16, drop_tail):
     n = k.shape[-2]
     kd, vd = k.double(), v.double()
     width = n if block is None else -(-n // block) * block
@@ -292,20 +332,31 @@ def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, p
         if leak_block is not None:   # key i + 1 leaks only inside query i's block
             future = future | ((j == i + 1) & ((i + 1) % leak_block == 0))
         x = x.masked_fill(future, float("-inf"))
+    if drop_tail and block is not None:   # keys past the last whole block never visited
+        x, vd = x[..., :n // block * block], vd[..., :n // block * block, :]
     x = x * factor
     step = x.shape[-1] if block is None else block
     m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
     ell = torch.zeros_like(m)
     acc = torch.zeros(*x.shape[:-1], vd.shape[-1], dtype=torch.float64)
+    if pv16:
+        vd = vd.half().double()
     for j0 in range(0, x.shape[-1], step):
         s = x[..., j0:j0 + step]
-        m_new = torch.maximum(m, s.amax(dim=-1))
-        alpha = base ** (m - m_new)
-        p = base ** (s - m_new[..., None])
+        m_new = m if no_max else torch.maximum(m, s.amax(dim=-1))
+        alpha = torch.ones_like(m) if no_max else base ** (m - m_new)
+        p = torch.exp2(s.float()).double() if no_max else base ** (s - m_new[..., None])
         ell = (alpha * ell if rescale_l else ell) + p.sum(dim=-1)
-        pv = (p[..., :, :, None] * vd[..., None, j0:j0 + step, :]).sum(-2)
+        pp = p.half().double() if pv16 else p          # float16 P·V: ℓ still sums float32 p
+        pv = (pp[..., :, :, None] * vd[..., None, j0:j0 + step, :]).sum(-2)
         acc = (alpha[..., None] * acc if rescale_acc else acc) + pv
+        if acc16:
+            acc = acc.half().double()
+        if no_max:   # the float32 sums overflow as the kernel's do
+            ell, acc = ell.float().double(), acc.float().double()
         m = m_new
+    if no_max:
+        m = torch.zeros_like(m)
     lse = torch.zeros_like(m) if lse_zero else (m + torch.log2(ell)) * lse_scale
     return acc / ell[..., None], lse
 
@@ -316,14 +367,27 @@ def _sim(**options):
 
 _BLOCK_MISTAKES = (
     ("scores_not_masked", "Your last, ragged key block counts keys that do not exist: the lanes "
-     "past N were loaded as 0 (other=0.0), but their scores were not set to -inf, so each adds "
-     "exp(0 - m) to ℓ. Mask the scores too: s = tl.where(keys[None, :] < N, s, float('-inf')).",
+     "past S were loaded as 0 (other=0.0), but their scores were not set to -inf, so each adds "
+     "exp(0 - m) to ℓ. Mask the scores too: s = tl.where(keys[None, :] < S, s, float('-inf')).",
      {"pad_keys": True}),
     ("output_not_rescaled", "When a key block raises the running maximum, you did not rescale "
      "the accumulator: multiply O by α = exp2(m - m_new) before adding P V "
      "(acc = acc * alpha[:, None] + tl.dot(p, v)).", {"rescale_acc": False}),
     ("sum_not_rescaled", "When a key block raises the running maximum, you did not rescale the "
      "running sum: ℓ = α·ℓ + Σ p, with α = exp2(m - m_new).", {"rescale_l": False}),
+    ("key_tail_dropped", "Your kernel never visits the last, ragged key block: the loop stops "
+     "at the last whole block (range(0, S // BLOCK_N * BLOCK_N, ...) or similar), so the last "
+     "S mod BLOCK_N keys are left out (and with S < BLOCK_N no key is seen at all). Loop over "
+     "range(0, S, BLOCK_N) and mask the ragged block instead: keys < S on the loads, -inf on "
+     "the scores.", {"drop_tail": True}),
+    ("accumulator_float16", "Your accumulator O is float16: it is rounded to 11 significant "
+     "bits after every key block, which shows as soon as the values are large. Keep m, ℓ and O "
+     "in float32 (tl.zeros((BLOCK_M, E), dtype=tl.float32)); only the final store converts to "
+     "the output's dtype.", {"acc16": True}),
+    ("pv_float16", "Your P·V product runs in float16 (p and v cast with .to(tl.float16) before "
+     "tl.dot): both are rounded to 11 significant bits, which shows when the values are large. "
+     "For float32 inputs, pass p.to(v.dtype) and v as they are: the dot then runs in float32 "
+     "(TF32 on an NVIDIA GPU, see the chapter).", {"pv16": True}),
 )
 
 _ONE_AHEAD = ("Your causal mask lets query i see key i + 1, one step into the future. Keep key j "
@@ -332,10 +396,12 @@ _ONE_AHEAD = ("Your causal mask lets query i see key i + 1, one step into the fu
 TRITON_FLASH_FORWARD = Exercise(
     id="triton_flash_forward",
     chapter=CHAPTER,
+    time_limit=TIME_LIMITS["triton_flash_forward"],
+    time_limit_note=_time_note(TIME_LIMITS["triton_flash_forward"]),
     allowed_course_calls=(CHECKING,),
     title="The FlashAttention-2 forward kernel",
-    signature=("triton_flash_forward(q, k, v (B, H, N, D) float32, is_causal=False) "
-               "-> (out, lse (B, H, N))"),
+    signature=("triton_flash_forward(q, k, v (B, H, L, E) float32, is_causal=False) "
+               "-> (out, lse (B, H, L))"),
     params=("q", "k", "v", "is_causal"),
     output_names=("out", "lse"),
     cases=_flash_cases,
@@ -344,16 +410,16 @@ TRITON_FLASH_FORWARD = Exercise(
     forbidden=("sdpa", "matmul", "softmax"),
     tolerances={torch.float32: (1e-4, 1e-3)},
     hints=(
-        "Grid (cdiv(N, BLOCK_M), B·H): program (i, bh) loads its BLOCK_M queries once, then walks "
+        "Grid (cdiv(L, BLOCK_M), B·H): program (i, bh) loads its BLOCK_M queries once, then walks "
         "the key blocks, keeping per query row a running max m, sum ℓ and accumulator O "
-        "(tl.full / tl.zeros in float32). The head starts at bh·N·D for contiguous tensors.",
-        "Work in base 2: multiply the scores by qk_scale = log2(e)/√D and use tl.exp2 everywhere "
+        "(tl.full / tl.zeros in float32). The head starts at bh·L·E for contiguous tensors.",
+        "Work in base 2: multiply the scores by qk_scale = log2(e)/√E and use tl.exp2 everywhere "
         "(α = exp2(m - m_new), p = exp2(s - m_new)). Mask the ragged last key block "
-        "(keys < N: on the loads, and -inf on the scores) and the stores (rows < N). When "
+        "(keys < S: on the loads, and -inf on the scores) and the stores (rows < L). When "
         "causal, visit key blocks below the diagonal without a mask, then the diagonal block "
         "with keys[None, :] <= rows[:, None]. At the end: out = O/ℓ, lse = (m + log2 ℓ)·ln 2.",
         "for start in range(lo, hi, BLOCK_N): keys = start + tl.arange(0, BLOCK_N); "
-        "k = tl.load(..., mask=(keys < N)[:, None], other=0.0); v likewise; "
+        "k = tl.load(..., mask=(keys < S)[:, None], other=0.0); v likewise; "
         "s = tl.dot(q, tl.trans(k)) * qk_scale; s = tl.where(keep, s, float('-inf')); "
         "m_new = tl.maximum(m, tl.max(s, axis=1)); alpha = tl.exp2(m - m_new); "
         "p = tl.exp2(s - m_new[:, None]); ell = alpha * ell + tl.sum(p, axis=1); "
@@ -361,20 +427,25 @@ TRITON_FLASH_FORWARD = Exercise(
     ),
     mistakes=(
         Mistake("lse_not_written", "Your out is right but lse is all zeros: the kernel never "
-                "stores it. Store lse = (m + tl.log2(ell)) · ln 2 at lse_ptr + bh·N + rows "
-                "(masked with rows < N).", _sim(lse_zero=True)),
+                "stores it. Store lse = (m + tl.log2(ell)) · ln 2 at lse_ptr + bh·L + rows "
+                "(masked with rows < L).", _sim(lse_zero=True)),
         Mistake("lse_base_2", "Your lse is in base 2: m + log2(ℓ) measures the scores in units "
-                "of log2(e)·s/√D. Multiply by ln 2 (0.6931...) to get the natural log-sum-exp "
+                "of log2(e)·s/√E. Multiply by ln 2 (0.6931...) to get the natural log-sum-exp "
                 "the backward pass expects.", _sim(lse_scale=1.0)),
         Mistake("log2e_missing", "Your kernel uses tl.exp2 but did not fold log2(e) into the "
-                "scale, so it computes 2^(s/√D) instead of e^(s/√D): multiply the scale by "
-                "log2(e) = 1.4427... (qk_scale = log2(e)/√D).", _sim(factor=1.0)),
+                "scale, so it computes 2^(s/√E) instead of e^(s/√E): multiply the scale by "
+                "log2(e) = 1.4427... (qk_scale = log2(e)/√E).", _sim(factor=1.0)),
         Mistake("log2e_twice", "log2(e) enters your scores twice (the scale already holds it "
                 "and you multiplied again), so the softmax is too sharp: fold it in once, "
-                "qk_scale = log2(e)/√D.", _sim(factor=LOG2E * LOG2E)),
+                "qk_scale = log2(e)/√E.", _sim(factor=LOG2E * LOG2E)),
         Mistake("exp_instead_of_exp2", "Your scores are multiplied by log2(e) but exponentiated "
                 "with tl.exp: either use tl.exp2 (the point of folding log2(e) into the scale), or "
                 "drop the log2(e) factor.", _sim(base=math.e)),
+        Mistake("no_running_max", "Your kernel exponentiates the raw scores (no running "
+                "maximum is subtracted): with scores in the hundreds exp2 overflows float32 to "
+                "inf, and inf / inf is NaN. Keep a running maximum m per row and use "
+                "p = tl.exp2(s - m_new[:, None]), rescaling ℓ and O by α = exp2(m - m_new) when "
+                "it grows.", _sim(no_max=True)),
         Mistake("causal_excludes_diagonal", "Your causal mask also hides the diagonal (key i "
                 "from query i), so query 0 sees no key at all (NaN). Keep key j for query i when "
                 "j <= i: keys[None, :] <= rows[:, None].", _sim(diag=-1)),
@@ -383,5 +454,156 @@ TRITON_FLASH_FORWARD = Exercise(
           for b in BLOCKS),
         *(Mistake(f"{name}_block{b}", message, _sim(block=b, **options))
           for name, message, options in _BLOCK_MISTAKES for b in BLOCKS),
+    ),
+)
+
+# --------------------------------------------------------------------------- the backward pass
+
+
+def _bwd_cases(gen: torch.Generator) -> list[Case]:
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    def case(b: int, h: int, n: int, e: int, causal: bool) -> tuple:
+        q, k, v, dout = r(b, h, n, e), r(b, h, n, e), r(b, h, n, e), r(b, h, n, e)
+        out, lse = _flash_oracle(q, k, v, causal)
+        return q, k, v, out, lse, dout, causal
+
+    return [
+        Case("L = 40 (not a multiple of the block)", case(1, 2, 40, 16, False)),
+        Case("L = 40, causal", case(1, 2, 40, 16, True)),
+        Case("L = 5 (smaller than a block), causal", case(1, 1, 5, 16, True)),
+        Case("L = 7, causal, two batches", case(2, 1, 7, 16, True)),
+        Case("E = 32, causal", case(1, 1, 33, 32, True)),
+        Case("L = 100, causal", case(1, 1, 100, 16, True),
+             note="no tensor may have two dims of size >= 100", max_square=100),
+    ]
+
+
+def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor=1.0,
+             lse_base2=False, diag=0, dk_unscaled=False):
+    """Float64 gradients of attention from the saved ``out`` and ``lse``, as a (possibly buggy)
+    kernel computes them; rows 16 at a time with element-wise products (no L×S tensor, no
+    matrix product: the mistakes run under the same watch as a learner's code).
+
+    ``d_term=False``: dS = P ∘ dP (D forgotten); ``ds_factor``: dS scaled by it; ``lse_base2``:
+    P = exp2(S·log2 e − lse) with the natural lse; ``diag``: key j kept for query i when
+    j ≤ i + diag; ``ds_factor=None``: dQ, dK without the 1/√E;
+    ``dk_unscaled``: dK and dV from P recomputed with unscaled scores Q Kᵀ."""
+    qd, kd, vd, od, dod = (t.double() for t in (q, k, v, out, dout))
+    lse_d = lse.double()
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    ds_factor = math.sqrt(q.shape[-1]) if ds_factor is None else ds_factor   # no 1/√E at all
+    delta = (dod * od).sum(-1)                                   # D = rowsum(dO ∘ O)
+    dq, dk, dv = torch.zeros_like(qd), torch.zeros_like(kd), torch.zeros_like(vd)
+    n_keys = k.shape[-2]
+    for r0 in range(0, q.shape[-2], 16):
+        r1 = min(r0 + 16, q.shape[-2])
+        qr, dor = qd[..., r0:r1, :], dod[..., r0:r1, :]
+        lr, dr = lse_d[..., r0:r1], delta[..., r0:r1]
+        raw = (qr[..., :, None, :] * kd[..., None, :, :]).sum(-1)       # (.., rows, S)
+        keep = torch.ones(r1 - r0, n_keys, dtype=torch.bool)
+        if is_causal:
+            keep = torch.arange(n_keys)[None, :] <= torch.arange(r0, r1)[:, None] + diag
+
+        def probs(s, lr=lr, keep=keep):
+            p = 2.0 ** (s * LOG2E - lr[..., None]) if lse_base2 else torch.exp(s - lr[..., None])
+            return p.masked_fill(~keep, 0.0)
+
+        p = probs(raw * scale)
+        dp = (dor[..., :, None, :] * vd[..., None, :, :]).sum(-1)
+        ds = p * (dp - dr[..., None]) if d_term else p * dp
+        dq[..., r0:r1, :] = (ds[..., :, :, None] * kd[..., None, :, :]).sum(-2) * scale * ds_factor
+        if dk_unscaled:
+            p = probs(raw)
+            ds = p * (dp - dr[..., None]) if d_term else p * dp
+        dv += (p[..., :, :, None] * dor[..., :, None, :]).sum(-3)
+        dk += (ds[..., :, :, None] * qr[..., :, None, :]).sum(-3) * scale * ds_factor
+    return tuple(t.to(q.dtype) for t in (dq, dk, dv))
+
+
+def _bwd_oracle(q, k, v, out, lse, dout, is_causal=False):
+    return _bwd_sim(q, k, v, out, lse, dout, is_causal)
+
+
+def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, dout: torch.Tensor, is_causal: bool = False
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention-2 backward: ``(dq, dk, dv)`` from Triton kernels, P recomputed from lse."""
+    B, H, L, E = q.shape
+    S = k.shape[-2]
+    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    delta = torch.empty((B, H, L), dtype=torch.float32)          # D = rowsum(dO ∘ O)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(E)
+    flash_bwd_delta_kernel[(triton.cdiv(L, 32), B * H)](out, dout, delta, L, BLOCK_M=32, E=E)
+    flash_bwd_dkdv_kernel[(triton.cdiv(S, 32), B * H)](          # one program per key block
+        q, k, v, dout, lse.contiguous(), delta, dk, dv, L, S, scale, IS_CAUSAL=is_causal,
+        BLOCK_M=32, BLOCK_N=32, E=E)
+    flash_bwd_dq_kernel[(triton.cdiv(L, 32), B * H)](            # one program per query block
+        q, k, v, dout, lse.contiguous(), delta, dq, L, S, scale, IS_CAUSAL=is_causal,
+        BLOCK_M=32, BLOCK_N=32, E=E)
+    return dq, dk, dv
+
+
+def _bwd(**options):
+    return lambda q, k, v, out, lse, dout, is_causal=False: _bwd_sim(q, k, v, out, lse, dout,
+                                                                     is_causal, **options)
+
+
+TRITON_FLASH_BACKWARD = Exercise(
+    id="triton_flash_backward",
+    chapter=CHAPTER,
+    time_limit=TIME_LIMITS["triton_flash_backward"],
+    time_limit_note=_time_note(TIME_LIMITS["triton_flash_backward"]),
+    allowed_course_calls=(CHECKING,),
+    title="The FlashAttention-2 backward kernels",
+    signature=("triton_flash_backward(q, k, v, out, dout (B, H, L, E) float32, lse (B, H, L), "
+               "is_causal=False) -> (dq, dk, dv)"),
+    params=("q", "k", "v", "out", "lse", "dout", "is_causal"),
+    output_names=("dq", "dk", "dv"),
+    cases=_bwd_cases,
+    oracle=_bwd_oracle,
+    solution=triton_flash_backward,
+    forbidden=("sdpa", "matmul", "softmax"),
+    tolerances={torch.float32: (1e-4, 1e-3)},
+    hints=(
+        "Three launches: D = rowsum(dO ∘ O) per row (a small kernel); then one program per "
+        "(key block, batch·head) that walks the query blocks and accumulates dK and dV; then one "
+        "program per (query block, batch·head) that walks the key blocks and accumulates dQ. "
+        "Each program owns its output block, so no two programs write the same element.",
+        "In both loops recompute the tile's probabilities from the saved lse: "
+        "P = exp2(s·log2(e)/√E − lse·log2(e)), zero where the key is masked (keys ≥ S, or "
+        "j > i when causal). Then dV += Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dK += dSᵀ Q, "
+        "dQ += dS K, and multiply dK and dQ by 1/√E once at the end.",
+        "s = tl.dot(q, tl.trans(k)) * qk_scale; p = tl.where(keep, tl.exp2(s - lse[:, None] * "
+        "LOG2E), 0.0); dv += tl.dot(tl.trans(p), do); dp = tl.dot(do, tl.trans(v)); "
+        "ds = p * (dp - delta[:, None]); dk += tl.dot(tl.trans(ds), q); in the dQ kernel "
+        "dq += tl.dot(ds, k); store dk * sm_scale and dq * sm_scale.",
+    ),
+    mistakes=(
+        Mistake("d_term_forgotten", "Your dS leaves out the D term: dS = P ∘ (dP − D) with "
+                "D = rowsum(dO ∘ O) per query row (it is rowsum(P ∘ dP), the softmax Jacobian's "
+                "second part). Compute D first (a small kernel over O and dO) and subtract it.",
+                _bwd(d_term=False)),
+        Mistake("ds_scale_log2e", "Your dQ and dK are log2(e) = 1.44 times too large: you "
+                "scaled dS by qk_scale = log2(e)/√E (the forward's base-2 scale) instead of "
+                "sm_scale = 1/√E. The exp2 trick changes how P is computed, not the gradient.",
+                _bwd(ds_factor=LOG2E)),
+        Mistake("ds_scale_missing", "Your dQ and dK are √E times too large: S = Q Kᵀ/√E, so "
+                "dQ = dS K/√E and dK = dSᵀ Q/√E. Multiply both by sm_scale = 1/√E.",
+                _bwd(ds_factor=None)),
+        Mistake("lse_base_e_in_exp2", "You recompute P with tl.exp2 but subtract the natural "
+                "lse: in base 2 it is lse·log2(e). P = exp2(s·log2(e)/√E − lse·log2(e)) "
+                "(or tl.exp(s/√E − lse)).", _bwd(lse_base2=True)),
+        Mistake("causal_one_ahead_bwd", "Your backward causal mask lets query i see key i + 1: "
+                "keep key j for query i only when j <= i (the forward's mask).", _bwd(diag=1)),
+        Mistake("causal_excludes_diagonal_bwd", "Your backward causal mask hides the diagonal "
+                "(key i from query i): keep key j for query i when j <= i (the forward's mask).",
+                _bwd(diag=-1)),
+        Mistake("dk_from_unscaled_scores", "Your dK and dV use probabilities recomputed from "
+                "unscaled scores Q Kᵀ (dQ is right): multiply the scores by 1/√E (times log2(e) "
+                "for exp2) in the dK/dV kernel too, before subtracting lse.",
+                _bwd(dk_unscaled=True)),
     ),
 )

@@ -135,3 +135,120 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     flash_fwd_kernel[grid](q, k, v, out, lse, N, LOG2E / math.sqrt(D), IS_CAUSAL=is_causal,
                            BLOCK_M=block_m, BLOCK_N=block_n, D=D)
     return out, lse
+
+
+# --------------------------------------------------------------------------- backward (FA-2)
+#
+# With P = softmax(S), S = Q Kᵀ / √E, and D = rowsum(dO ∘ O) (= rowsum(P ∘ dP), chapter 8):
+#   dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − D),   dQ = dS K / √E,   dK = dSᵀ Q / √E.
+# Each tile's P is recomputed from the saved lse: P = exp(S − lse) = exp2(S·log2 e − lse·log2 e).
+# Two kernels, so that no two programs write the same block (no atomics): one program per key
+# block accumulates dK and dV over the query blocks; one per query block accumulates dQ over the
+# key blocks.
+
+
+@triton.jit
+def flash_bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, L, BLOCK_M: tl.constexpr, E: tl.constexpr):
+    """D = rowsum(dO ∘ O) for BLOCK_M rows of head bh: program (i, bh)."""
+    bh = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, E)
+    at = bh * L * E + rows[:, None] * E + dims[None, :]
+    o = tl.load(o_ptr + at, mask=rows[:, None] < L, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + at, mask=rows[:, None] < L, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * L + rows, tl.sum(o * do, axis=1), mask=rows < L)
+
+
+@triton.jit
+def flash_bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+                          L, S, sm_scale, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, E: tl.constexpr):
+    """Program (j, bh): dK and dV of key block j of head bh, summed over the query blocks."""
+    bh = tl.program_id(1)
+    keys = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, E)
+    kv_at = bh * S * E + keys[:, None] * E + dims[None, :]
+    k = tl.load(k_ptr + kv_at, mask=keys[:, None] < S, other=0.0)
+    v = tl.load(v_ptr + kv_at, mask=keys[:, None] < S, other=0.0)
+    dk = tl.zeros((BLOCK_N, E), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, E), dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634                     # log2(e) / √E
+    # causal: query rows before this key block see none of it
+    lo = (tl.program_id(0) * BLOCK_N) // BLOCK_M * BLOCK_M if IS_CAUSAL else 0
+    for start in range(lo, L, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        q_at = bh * L * E + rows[:, None] * E + dims[None, :]
+        q = tl.load(q_ptr + q_at, mask=rows[:, None] < L, other=0.0)
+        do = tl.load(do_ptr + q_at, mask=rows[:, None] < L, other=0.0)
+        lse = tl.load(lse_ptr + bh * L + rows, mask=rows < L, other=0.0)
+        delta = tl.load(delta_ptr + bh * L + rows, mask=rows < L, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale                   # (BLOCK_M, BLOCK_N), base 2
+        keep = (rows[:, None] < L) & (keys[None, :] < S)
+        if IS_CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None])
+        p = tl.where(keep, tl.exp2(s - lse[:, None] * 1.4426950408889634), 0.0)
+        dv += tl.dot(tl.trans(p).to(do.dtype), do)               # dV += Pᵀ dO
+        dp = tl.dot(do, tl.trans(v))                             # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])                           # dS = P ∘ (dP − D)
+        dk += tl.dot(tl.trans(ds).to(q.dtype), q)                # dK += dSᵀ Q
+    tl.store(dk_ptr + kv_at, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < S)
+    tl.store(dv_ptr + kv_at, dv.to(dv_ptr.dtype.element_ty), mask=keys[:, None] < S)
+
+
+@triton.jit
+def flash_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, L, S, sm_scale,
+                        IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        E: tl.constexpr):
+    """Program (i, bh): dQ of query block i of head bh, summed over the key blocks."""
+    bh = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, E)
+    q_at = bh * L * E + rows[:, None] * E + dims[None, :]
+    q = tl.load(q_ptr + q_at, mask=rows[:, None] < L, other=0.0)
+    do = tl.load(do_ptr + q_at, mask=rows[:, None] < L, other=0.0)
+    lse = tl.load(lse_ptr + bh * L + rows, mask=rows < L, other=0.0)
+    delta = tl.load(delta_ptr + bh * L + rows, mask=rows < L, other=0.0)
+    dq = tl.zeros((BLOCK_M, E), dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    hi = tl.minimum((tl.program_id(0) + 1) * BLOCK_M, S) if IS_CAUSAL else S
+    for start in range(0, hi, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        kv_at = bh * S * E + keys[:, None] * E + dims[None, :]
+        k = tl.load(k_ptr + kv_at, mask=keys[:, None] < S, other=0.0)
+        v = tl.load(v_ptr + kv_at, mask=keys[:, None] < S, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        keep = (rows[:, None] < L) & (keys[None, :] < S)
+        if IS_CAUSAL:
+            keep = keep & (keys[None, :] <= rows[:, None])
+        p = tl.where(keep, tl.exp2(s - lse[:, None] * 1.4426950408889634), 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k)                          # dQ += dS K
+    tl.store(dq_ptr + q_at, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows[:, None] < L)
+
+
+def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, dout: torch.Tensor, is_causal: bool = False,
+                   block_m: int = 32, block_n: int = 32
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` from the forward's ``out`` and ``lse``: three launches (D, dK/dV, dQ).
+
+    q, out, dout ``(B, H, L, E)``; k, v ``(B, H, S, E)``; lse ``(B, H, L)`` natural log. Causal
+    keeps key j for query i when j ≤ i (top-left, as ``is_causal`` in torch).
+    """
+    B, H, L, E = q.shape
+    S = k.shape[-2]
+    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    lse = lse.contiguous().float()
+    delta = torch.empty((B, H, L), dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(E)
+    flash_bwd_delta_kernel[(triton.cdiv(L, block_m), B * H)](out, dout, delta, L,
+                                                             BLOCK_M=block_m, E=E)
+    flash_bwd_dkdv_kernel[(triton.cdiv(S, block_n), B * H)](
+        q, k, v, dout, lse, delta, dk, dv, L, S, scale, IS_CAUSAL=is_causal, BLOCK_M=block_m,
+        BLOCK_N=block_n, E=E)
+    flash_bwd_dq_kernel[(triton.cdiv(L, block_m), B * H)](
+        q, k, v, dout, lse, delta, dq, L, S, scale, IS_CAUSAL=is_causal, BLOCK_M=block_m,
+        BLOCK_N=block_n, E=E)
+    return dq, dk, dv

@@ -124,11 +124,12 @@ def get_exercise(exercise_id: str) -> Exercise:
     return table[exercise_id]
 
 
-def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
+def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float | None = None,
           seed: int | None = None, record: bool = True) -> CheckResult:
     """Run ``fn`` on fresh generated cases and compare with the reference. Never raises.
 
-    ``timeout``: seconds allowed per call of ``fn``. ``seed``: fix the random cases (tests).
+    ``timeout``: seconds allowed per call of ``fn`` (default: the exercise's ``time_limit``,
+    10 s for most). ``seed``: fix the random cases (tests).
     ``record``: add the attempt to the progress record (the book's own solution cells pass
     ``record=False``: only the learner's attempts count). An untouched starter is not recorded.
     ``fn`` runs in a separate (forked) worker process: nothing it does (exit, crash, endless
@@ -149,7 +150,8 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float = 10.0,
                 message=(f"check needs your function itself, not a {type(fn).__name__}: write "
                          f"exercises.check(\"{ex.id}\", {ex.function_name}) without calling it."))
         else:
-            result = run_check(ex, fn, timeout=float(timeout), seed=seed)
+            limit = ex.time_limit if timeout is None else float(timeout)
+            result = run_check(ex, fn, timeout=limit, seed=seed)
     except Exception as e:  # a bug in the checker must not look like the learner's
         result = CheckResult(
             exercise=str(exercise_id), passed=False, status="error", mistake="checker_error",

@@ -171,7 +171,7 @@ def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResul
                        message=message)
 
 
-def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float = 10.0,
+def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None = None,
               seed: int | None = None, isolate: bool = True,
               refuse_course: bool = True, watch: bool = True) -> CheckResult:
     """Check ``fn`` against ``ex``; may raise only on a bug in the declaration itself.
@@ -184,6 +184,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     limit or watch at all (the statistical tests of the course's own solutions and mistakes).
     """
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    timeout = ex.time_limit if timeout is None else timeout
     gen = torch.Generator().manual_seed(seed)
     cases = ex.cases(gen)
     tol = ex.tolerance
@@ -230,8 +231,9 @@ def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
         if out.timed_out:
             return _fail(ex, cases, runs, printed, "timeout", case,
                          f"Your function did not finish within {_fmt_seconds(timeout)} on {where}, "
-                         "so the check stopped it. An endless loop? (a `while` whose condition "
-                         "never becomes False, or a loop over an iterator that restarts?)")
+                         "so the check stopped it. "
+                         + (ex.time_limit_note or "An endless loop? (a `while` whose condition "
+                            "never becomes False, or a loop over an iterator that restarts?)"))
         if out.ended is not None:
             mistake, message = _ended_message(out.ended, where)
             return _fail(ex, cases, runs, printed, mistake, case, message)

@@ -133,6 +133,8 @@ class Exercise:
             (shaped like the output, or a tuple of such / ``None`` per output). Where terms
             cancel, rounding is relative to it, not to the answer (``rtol`` applies to
             ``max(|expected|, magnitude)``); e.g. ``|q| @ |k|ᵀ / √E`` for ``q @ kᵀ / √E``.
+        time_limit: seconds allowed per call of the learner's function (``check``'s default);
+            ``time_limit_note`` is added to the message when a call exceeds it.
     """
 
     id: str
@@ -150,6 +152,8 @@ class Exercise:
     output_names: tuple[str, ...] = ()
     allowed_course_calls: tuple[str, ...] = ()
     magnitude: Callable[..., Any] | None = None
+    time_limit: float = 10.0
+    time_limit_note: str = ""
     order: int = field(default_factory=lambda: next(_ORDER), repr=False)
 
     def __post_init__(self) -> None:
