@@ -45,6 +45,7 @@ class GradeRun:
     exercises: list[str]
     summary: str
     graded: int = 0                       # notebooks run now (the rest came from the cache)
+    cache_errors: list[str] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)   # wall time of each notebook run now
 
 
@@ -161,6 +162,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
                     cache_db.put(k, result)
                 bar.update(1)
     finally:
+        cache_errors = list(cache_db.errors)
         cache_db.close()
         shutil.rmtree(tmp_root, ignore_errors=True)
     exercises = [i for i, c in chapter_of_exercise.items() if c in chapters]
@@ -168,4 +170,4 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     report.write_outputs(ordered, exercises, out, Path(log) if log else None,
                          Path(feedback) if feedback else None)
     return GradeRun(ordered, exercises, report.summary_markdown(ordered, exercises),
-                    graded=len(todo), seconds=seconds)
+                    graded=len(todo), seconds=seconds, cache_errors=cache_errors)

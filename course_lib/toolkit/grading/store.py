@@ -28,12 +28,14 @@ class ResultCache:
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
         self._db: sqlite3.Connection | None = None
+        self.errors: list[str] = []       # what went wrong reading or writing (never raised)
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = self._open()
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as e:
+            self.errors.append(f"set aside {self.path}: {e}")
             self.path.rename(self.path.with_name(
                 f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"))
             self._db = self._open()
@@ -51,7 +53,8 @@ class ResultCache:
         try:
             row = self._db.execute("SELECT value FROM results WHERE key = ?", (k,)).fetchone()
             return json.loads(row[0]) if row else None
-        except (sqlite3.DatabaseError, ValueError):
+        except (sqlite3.DatabaseError, ValueError) as e:
+            self.errors.append(f"get: {type(e).__name__}: {e}")
             return None
 
     def put(self, k: str, value: Any) -> None:
