@@ -8,6 +8,7 @@ Commands (argparse subparsers; add new ones with :func:`add_command`)::
     python -m course_lib solution ID
     python -m course_lib progress [--json | --export FILE.csv | --reset [--yes]]
     python -m course_lib workbook DIR [--source BOOK_DIR] [--force]   # learner notebooks
+    python -m course_lib grade SUBMISSION... --out gradebook.csv [--feedback DIR] [--jobs N]
 
 Exit status of ``check``: 0 passed, 1 not passed (or not attempted), 2 usage or load error.
 """
@@ -156,6 +157,54 @@ def cmd_workbook(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_grade(args: argparse.Namespace) -> int:
+    from course_lib.toolkit import grading
+
+    out = Path(args.out)
+    log = Path(args.log) if args.log else out.with_name(out.stem + "-attempts.csv")
+    cache = None if args.no_cache else (
+        Path(args.cache) if args.cache else out.with_name(out.stem + "-cache.sqlite3"))
+    try:
+        run = grading.grade(args.submissions, out, log=log, feedback=args.feedback,
+                            jobs=args.jobs, seed=args.seed, cache=cache,
+                            cell_timeout=args.cell_timeout,
+                            notebook_timeout=args.notebook_timeout,
+                            memory=int(args.memory_gb * 1024 ** 3))
+    except grading.SubmissionError as e:
+        raise _UsageError(str(e)) from None
+    print(run.summary)
+    learners = len({r["learner"] for r in run.results})
+    timing = ""
+    if run.seconds:
+        timing = (f"; {run.graded} run now, {sum(run.seconds) / len(run.seconds):.1f} s per "
+                  "notebook")
+    print(f"\n{learners} learners, {len(run.results)} notebooks{timing}. Gradebook: {out}; "
+          f"attempt log: {log}" + (f"; feedback: {args.feedback}/" if args.feedback else ""))
+    return EXIT_PASS
+
+
+def _configure_grade(p: argparse.ArgumentParser) -> None:
+    p.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                   help="a learner's notebook (learner = file name) or folder of notebooks "
+                   "(learner = folder name); notebook metadata course_lib.learner overrides")
+    p.add_argument("--out", required=True, metavar="GRADEBOOK.csv",
+                   help="the gradebook: one row per learner, 1/0/blank per exercise, total")
+    p.add_argument("--log", metavar="FILE.csv",
+                   help="the attempt log (default: GRADEBOOK-attempts.csv beside it)")
+    p.add_argument("--feedback", metavar="DIR", help="write one Markdown file per learner")
+    p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once (default 2)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the grading seed, the same for every learner (default: the course's)")
+    p.add_argument("--cache", metavar="FILE",
+                   help="results by notebook content (default: GRADEBOOK-cache.sqlite3)")
+    p.add_argument("--no-cache", action="store_true", help="grade every notebook again")
+    p.add_argument("--cell-timeout", type=float, default=120.0, help="seconds per cell (120)")
+    p.add_argument("--notebook-timeout", type=float, default=600.0,
+                   help="seconds per notebook (600)")
+    p.add_argument("--memory-gb", type=float, default=4.0,
+                   help="memory cap of each notebook's kernel, GiB (4)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m course_lib",
@@ -204,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "installed with course_lib)")
     p.add_argument("--force", action="store_true", help="overwrite notebooks you have edited")
     p.set_defaults(handler=cmd_workbook)
+
+    p = sub.add_parser("grade", help="grade learners' workbook notebooks into a gradebook (CSV)",
+                       description="Instructors: run every submitted notebook in a fenced "
+                       "kernel and grade its exercises with the course's checkers.")
+    _configure_grade(p)
+    p.set_defaults(handler=cmd_grade)
 
     for name, (help_text, configure, handler) in _EXTRA_COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
