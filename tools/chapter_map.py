@@ -39,6 +39,7 @@ CHAPTERS = {
     "08_flash": ("Flash", "tiling + online softmax", "fast"),
     "09_flash_triton": ("Flash in Triton", "write the kernel", "fast"),
     "10_inference": ("Inference", "KV cache, GQA, windows", "work"),
+    "11_flex_attention": ("FlexAttention", "mask_mod, score_mod, tiles", "work"),
     "12_capstone": ("Capstone", "watch attention learn", "work"),
 }
 

@@ -1,0 +1,1 @@
+"""Chapter 6: see book/06_masks.ipynb."""
