@@ -187,9 +187,10 @@ def test_cliff_summary_and_matmul_fractions():
 
 
 def test_beyond_full_counts_match_masks_and_flop_counter():
+    from course_lib.attention.masks import sliding_window_mask
     from course_lib.chapters.ch07_complexity import helpers as cx
     for n, w in [(1, 1), (5, 9), (10, 3), (64, 16), (33, 33)]:
-        assert int(cx.sliding_window_mask(n, w).sum()) == cx.sliding_window_pairs(n, w)
+        assert int(sliding_window_mask(n, window=w).sum()) == cx.sliding_window_pairs(n, w)
         assert int(cx.strided_mask(n, w).sum()) == cx.strided_pairs(n, w)
     assert cx.sliding_window_pairs(100, 100) == 100 * 101 // 2     # window >= n: causal
     q, k, v = torch.randn(3, 2, 3, 20, 8).unbind(0)
@@ -217,3 +218,33 @@ def test_cliff_table_marks_measured_numbers():
     assert [r["fits in"] for r in rows] == ["L3", "DRAM"]
     assert all(v.startswith("≃") for r in rows for key, v in r.items()
                if key not in ("n", "fits in"))
+
+
+def test_patchify_is_a_strided_convolution():
+    from course_lib.chapters.ch07_complexity import vision
+    x = torch.randn(2, 3, 12, 8, dtype=torch.float64)
+    w = torch.randn(5, 3, 4, 4, dtype=torch.float64)
+    tokens = vision.patchify(x, 4)
+    assert tokens.shape == (2, 3 * 2, 3 * 16)
+    conv = torch.nn.functional.conv2d(x, w, stride=4).flatten(2).transpose(1, 2)
+    torch.testing.assert_close(tokens @ w.reshape(5, -1).T, conv)
+    assert torch.equal(tokens[0, 1], x[0, :, 0:4, 4:8].reshape(-1))   # row-major patch order
+    with pytest.raises(ValueError, match="patch=5 must divide H=12"):
+        vision.patchify(x, 5)
+
+
+def test_window_masks_and_swin_flops():
+    from course_lib.chapters.ch07_complexity import vision
+    plain = vision.window_mask_2d(8, 12, 4)
+    assert plain.sum() == 8 * 12 * 16 and torch.equal(plain, plain.T)
+    ids = vision.window_ids(8, 12, 4).view(8, 12)
+    assert ids.unique().numel() == 6 and (ids[:4, :4] == ids[0, 0]).all()
+    shifted = vision.window_ids(8, 8, 4, shift=2).view(8, 8)
+    assert shifted.unique().numel() == 9                  # 3 x 3 windows, the edges partial
+    assert shifted[1, 1] != shifted[2, 2] and shifted[2, 2] == shifted[5, 5]
+    f = vision.swin_flops(56, 56, 96, 7)
+    n, C = 56 * 56, 96
+    assert f == {"global": 2 * (4 * n * C * C + 2 * n * n * C),
+                 "windowed": 2 * (4 * n * C * C + 2 * 49 * n * C)}
+    x = torch.randn(16 * 16, 8)
+    assert cx.count_flops(vision.windowed_scores_and_mix, x, 16, 16, 4) == 4 * 16 * 256 * 8

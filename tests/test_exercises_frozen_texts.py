@@ -47,6 +47,8 @@ PASS_MESSAGES = {
                            "n=4, window=10.",
     "kv_cache_bytes": "All 4 cases passed: GQA, 8 kv heads, float16; MQA, float32; "
                       "GQA, bfloat16; MHA, float64.",
+    "causal_block": "All 4 cases passed: B=2, L=5, D=8, H=2; B=1, L=7, D=12, H=3; "
+                    "B=2, L=6, D=8, H=4, float64; B=3, L=1, D=4, H=1.",
 }
 
 

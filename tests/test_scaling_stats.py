@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from course_lib.chapters.ch02_scaling.helpers import (
@@ -50,3 +51,30 @@ def test_saturation_unscaled_collapses_scaled_does_not():
     assert (un["jacobian"].diff() < 0).all()
     # scaled statistics do not depend on d_k
     assert (sc["max_weight"].max() - sc["max_weight"].min()) < 0.05
+
+
+def test_additive_scores_match_the_formula_and_stay_bounded():
+    from course_lib.chapters.ch02_scaling import helpers as sc2
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(5, 32, generator=g), torch.randn(7, 32, generator=g)
+    w_q, w_k, v = torch.randn(32, 6, generator=g), torch.randn(32, 6, generator=g), torch.randn(6)
+    s = sc2.additive_scores(q, k, w_q, w_k, v)
+    assert s.shape == (5, 7)
+    torch.testing.assert_close(s[2, 3], v @ torch.tanh(q[2] @ w_q + k[3] @ w_k))
+    assert (s.abs() <= v.abs().sum() + 1e-5).all()
+    assert sc2.additive_scores(100 * q, 100 * k, w_q, w_k, v).abs().max() <= v.abs().sum() + 1e-5
+
+
+def test_init_variances_follow_fan_in_theory():
+    from course_lib.chapters.ch02_scaling import helpers as sc2
+    state = torch.get_rng_state()
+    lin = sc2.init_variances("nn.Linear default", d_model=256, num_heads=4, n_tokens=1024)
+    xav = sc2.init_variances("Xavier/Glorot uniform", d_model=256, num_heads=4, n_tokens=1024)
+    mha = sc2.init_variances("nn.MultiheadAttention", d_model=256, num_heads=4, n_tokens=1024)
+    assert torch.equal(torch.get_rng_state(), state)            # global RNG untouched
+    assert abs(lin["Var(W)"] * 3 * 256 - 1) < 0.05              # U(±1/√D): 1/(3D)
+    assert abs(lin["Var(q_i)"] - 1 / 3) < 0.03 and abs(lin["Var(score)"] - 1 / 9) < 0.02
+    assert abs(xav["Var(q_i)"] - 1) < 0.06 and abs(xav["Var(score)"] - 1) < 0.1
+    assert abs(mha["Var(q_i)"] - 0.5) < 0.04 and abs(mha["Var(score)"] - 0.25) < 0.04
+    with pytest.raises(ValueError, match="init must be one of"):
+        sc2.init_variances("he")

@@ -44,6 +44,29 @@ def test_overflow_limits_are_where_exp_overflows(dtype):
     assert torch.exp(torch.tensor(lim.exp_underflow - 1.0, dtype=dtype)) == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_underflow_limit_is_half_the_smallest_subnormal(dtype):
+    """exp rounds to nearest: 0 only below ln(s/2), s the smallest subnormal; a scan finds it."""
+    fi = torch.finfo(dtype)
+    s = fi.smallest_normal * fi.eps
+    lim = st.overflow_limits(dtype)
+    assert lim.exp_underflow == pytest.approx(math.log(s) - math.log(2))
+    assert lim.exp_underflow < math.log(s) - 0.69  # not ln(s)
+    seen = st.first_underflow(dtype)
+    # the scan rounds x to dtype first: it may move by half the spacing of dtype near x
+    spacing = 2.0 ** math.floor(math.log2(-lim.exp_underflow)) * fi.eps  # ulp of x there
+    assert abs(seen - lim.exp_underflow) <= 0.01 + spacing / 2 + 1e-9
+    assert torch.exp(torch.tensor(seen, dtype=dtype)) == 0
+    assert torch.exp(torch.tensor(seen + 0.01, dtype=dtype)) > 0
+
+
+def test_float16_exp_minus_17_is_not_zero():
+    """ln(smallest float16 subnormal) ≈ −16.64, yet exp(−17) rounds up to that subnormal."""
+    s = torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    assert float(torch.exp(torch.tensor(-17.0, dtype=torch.float16))) == s
+    assert st.overflow_limits(torch.float16).exp_underflow == pytest.approx(-17.3287, abs=1e-4)
+
+
 def test_float16_threshold_value():
     assert st.overflow_limits(torch.float16).exp_overflow == pytest.approx(11.0899, abs=1e-4)
 

@@ -98,8 +98,8 @@ def interpolate(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor:
 class AttentionSteps:
     """Every intermediate of single-head attention for one sequence.
 
-    ``q`` (L, E), ``k`` (S, E), ``v`` (S, M), ``scores`` = q kᵀ (L, S),
-    ``scaled`` = scores / √E, ``weights`` = softmax(scaled) (L, S), ``output`` = weights v (L, M).
+    ``q`` (L, E), ``k`` (S, E), ``v`` (S, Ev), ``scores`` = q kᵀ (L, S),
+    ``scaled`` = scores / √E, ``weights`` = softmax(scaled) (L, S), ``output`` = weights v (L, Ev).
     """
 
     q: torch.Tensor

@@ -71,3 +71,44 @@ def saturation_stats(
             out[mode]["jacobian"].append(jac.mean().item())
     return {mode: {name: torch.tensor(v, dtype=torch.float64) for name, v in stats.items()}
             for mode, stats in out.items()}
+
+
+def additive_scores(q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
+                    v: torch.Tensor) -> torch.Tensor:
+    """Additive (Bahdanau) scores ``s_ij = vᵀ tanh(q_i W_q + k_j W_k)``.
+
+    ``q (L, E)``, ``k (S, E)``, ``w_q, w_k (E, A)``, ``v (A,)`` → ``(L, S)``. Each score is a sum
+    of ``A`` bounded terms, ``|s_ij| ≤ ‖v‖₁`` whatever ``E``: no ``1/√E`` is needed.
+    """
+    return torch.tanh((q @ w_q)[:, None, :] + (k @ w_k)[None, :, :]) @ v
+
+
+INITS = ("nn.Linear default", "Xavier/Glorot uniform", "nn.MultiheadAttention")
+
+
+def init_variances(init: str, d_model: int = 512, num_heads: int = 8, n_tokens: int = 2048,
+                   seed: int = 0) -> dict[str, float]:
+    """Measured ``Var(q_i)`` and ``Var(q·k/√E)`` at initialisation for unit-variance tokens.
+
+    ``q = x W_Q``, ``k = x W_K`` with ``x (n_tokens, D)`` standard normal, ``W`` initialised as
+    ``init`` (one of :data:`INITS`); scores per head of width ``E = D / H`` between two disjoint
+    halves of the tokens. Theory: ``Var(q_i) = D·Var(W)`` and ``Var(score) = Var(q_i)·Var(k_i)``.
+    """
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    D, H = d_model, num_heads
+    E = D // H
+    with torch.random.fork_rng(devices=[]):      # the caller's global RNG is left alone
+        torch.manual_seed(seed)
+        if init == "nn.MultiheadAttention":
+            w_q, w_k, _ = torch.nn.MultiheadAttention(D, H).in_proj_weight.detach().chunk(3)
+        else:
+            w_q, w_k = (torch.nn.Linear(D, D).weight.detach() for _ in range(2))
+            if init == "Xavier/Glorot uniform":
+                w_q, w_k = (torch.nn.init.xavier_uniform_(w.clone()) for w in (w_q, w_k))
+    x = torch.randn(n_tokens, D, generator=torch.Generator().manual_seed(seed + 1))
+    q = (x @ w_q.T).view(n_tokens, H, E).transpose(0, 1)          # (H, n, E)
+    k = (x @ w_k.T).view(n_tokens, H, E).transpose(0, 1)
+    half = n_tokens // 2
+    s = q[:, :half] @ k[:, half:].transpose(-2, -1) / math.sqrt(E)
+    return {"Var(W)": float(w_q.var()), "Var(q_i)": float(q.var()), "Var(score)": float(s.var())}

@@ -41,14 +41,19 @@ class OverflowLimits:
     dtype: torch.dtype
     max_value: float      # finfo(dtype).max
     exp_overflow: float   # log(max): exp(x) = inf for x above this (up to rounding)
-    exp_underflow: float  # log(smallest subnormal): exp(x) = 0 below this
+    exp_underflow: float  # log(smallest subnormal / 2): exp(x) rounds to 0 below this
 
 
 def overflow_limits(dtype: torch.dtype) -> OverflowLimits:
-    """The largest ``x`` with finite ``exp(x)``, and where it underflows to 0, for ``dtype``."""
+    """The largest ``x`` with finite ``exp(x)``, and where it underflows to 0, for ``dtype``.
+
+    Rounding to nearest sends ``exp(x)`` to 0 only once it falls below half the smallest
+    subnormal ``s``: the bound is ln(s / 2) = ln(s) − ln 2 (computed as a difference because
+    s / 2 is itself 0 in float64).
+    """
     fi = torch.finfo(dtype)
     tiny = fi.smallest_normal * fi.eps  # smallest subnormal
-    return OverflowLimits(dtype, float(fi.max), math.log(fi.max), math.log(tiny))
+    return OverflowLimits(dtype, float(fi.max), math.log(fi.max), math.log(tiny) - math.log(2))
 
 
 def first_overflow(dtype: torch.dtype, start: float = 0.0, stop: float = 800.0,
@@ -59,6 +64,19 @@ def first_overflow(dtype: torch.dtype, start: float = 0.0, stop: float = 800.0,
     if not bad.any():
         raise ValueError(f"exp does not overflow in {dtype} below {stop}")
     return float(xs[bad.nonzero()[0, 0]])
+
+
+def first_underflow(dtype: torch.dtype, start: float = 0.0, stop: float = -800.0,
+                    step: float = 0.01) -> float:
+    """The first ``x`` on a grid ``start, start−step, …`` (downwards) where ``exp(x)`` is 0.
+
+    ``x`` is rounded to ``dtype`` before ``exp``, as a tensor of that dtype would be.
+    """
+    xs = torch.arange(start, stop, -step, dtype=torch.float64)
+    zero = torch.exp(xs.to(dtype)) == 0
+    if not zero.any():
+        raise ValueError(f"exp does not underflow in {dtype} above {stop}")
+    return float(xs[zero.nonzero()[0, 0]])
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:

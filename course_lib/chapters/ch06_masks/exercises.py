@@ -207,8 +207,8 @@ MASKED_ATTENTION = Exercise(
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="06_masks",
     title="Attention with a mask",
-    signature="masked_attention(q (..., L, E), k (..., S, E), v (..., S, M), "
-              "mask bool broadcastable to (..., L, S)) -> (..., L, M)",
+    signature="masked_attention(q (..., L, E), k (..., S, E), v (..., S, Ev), "
+              "mask bool broadcastable to (..., L, S)) -> (..., L, Ev)",
     params=("q", "k", "v", "mask"),
     cases=_masked_cases,
     oracle=_masked_oracle,

@@ -278,7 +278,8 @@ def cliff_table(records: list[dict[str, Any]], caches: dict[str, int]) -> list[d
 
 def sliding_window_pairs(n: int, window: int) -> int:
     """(query, key) pairs of causal sliding-window attention: query ``i`` sees keys
-    ``i - window + 1 .. i``, that is ``min(i + 1, window)`` of them."""
+    ``i - window + 1 .. i``, that is ``min(i + 1, window)`` of them (the True cells of
+    :func:`course_lib.attention.masks.sliding_window_mask`)."""
     w = min(window, n)
     return w * n - w * (w - 1) // 2
 
@@ -288,13 +289,6 @@ def strided_pairs(n: int, stride: int) -> int:
     the last ``stride`` keys and every ``stride``-th key before them, ``min(i + 1, stride) +
     floor(i / stride)`` keys."""
     return sum(min(i + 1, stride) + i // stride for i in range(n))
-
-
-def sliding_window_mask(n: int, window: int) -> torch.Tensor:
-    """``(n, n)`` bool, True where ``0 <= i - j < window``."""
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    return (j <= i) & (i - j < window)
 
 
 def strided_mask(n: int, stride: int) -> torch.Tensor:
@@ -327,7 +321,7 @@ def beyond_full_rows(ns: Sequence[int], d_model: int, num_heads: int, window: in
     for n in ns:
         stride = round(math.sqrt(n))
         for method, pairs in [("full (causal)", n * (n + 1) // 2),
-                              (f"sliding window w={window}", sliding_window_pairs(n, window)),
+                              (f"sliding window W={window}", sliding_window_pairs(n, window)),
                               (f"strided, stride {stride}", strided_pairs(n, stride)),
                               ("linear (feature map)", None)]:
             flops = 4 * n * d_model * E if pairs is None else 4 * pairs * d_model

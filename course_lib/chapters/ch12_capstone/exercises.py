@@ -1,9 +1,12 @@
-"""Chapter 11 (capstone): ``induction_score``, reading an induction head off its attention map."""
+"""Capstone: ``induction_score`` (reading an induction head off its attention map) and
+``causal_block`` (assembling a pre-norm decoder block from MultiHeadAttention and a mask)."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from course_lib.attention import MultiHeadAttention, masks
 from course_lib.toolkit.checking import Case, Exercise, Mistake
 
 
@@ -97,4 +100,105 @@ INDUCTION_SCORE = Exercise(
                 "are keys, so read attn[i, i - period + 1], not attn[i - period + 1, i].",
                 _transposed),
     ),
+)
+
+
+# --------------------------------------------------------------------------- causal_block
+
+
+def _block_parts(D: int, H: int, gen: torch.Generator, dtype=torch.float32):
+    """A MultiHeadAttention, two LayerNorms and an MLP with every parameter drawn from ``gen``
+    (LayerNorm gains and biases too, so that swapping the norms changes the answer)."""
+    attn = MultiHeadAttention(D, H)
+    ln1, ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+    mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+    with torch.no_grad():
+        for module in (attn, ln1, ln2, mlp):
+            for p in module.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) / 2)
+    return tuple(m.to(dtype).eval() for m in (attn, ln1, ln2, mlp))
+
+
+def _block_cases(gen: torch.Generator) -> list[Case]:
+    def case(name, B, L, D, H, dtype=torch.float32, note=""):
+        x = torch.randn(B, L, D, generator=gen, dtype=torch.float64).to(dtype)
+        return Case(name, (x, *_block_parts(D, H, gen, dtype)), note=note)
+
+    return [case("B=2, L=5, D=8, H=2", 2, 5, 8, 2),
+            case("B=1, L=7, D=12, H=3", 1, 7, 12, 3, note="three heads"),
+            case("B=2, L=6, D=8, H=4, float64", 2, 6, 8, 4, torch.float64),
+            case("B=3, L=1, D=4, H=1", 3, 1, 4, 1, note="a single token")]
+
+
+def causal_block(x, attn, ln1, ln2, mlp):
+    """Pre-norm decoder block: x + attn(ln1(x)) under a causal mask, then + mlp(ln2(x)).
+
+    x: (B, L, D); attn: a course_lib MultiHeadAttention; ln1, ln2: LayerNorms; mlp: a module.
+    """
+    from course_lib.attention import masks
+    mask = masks.causal_mask(x.shape[-2])        # (L, L), True = may attend
+    x = x + attn(ln1(x), attn_mask=mask)
+    return x + mlp(ln2(x))
+
+
+def _post_norm(x, attn, ln1, ln2, mlp):
+    x = ln1(x + attn(x, attn_mask=masks.causal_mask(x.shape[-2])))
+    return ln2(x + mlp(x))
+
+
+def _no_mask(x, attn, ln1, ln2, mlp):
+    x = x + attn(ln1(x))
+    return x + mlp(ln2(x))
+
+
+def _inverted_mask(x, attn, ln1, ln2, mlp):
+    x = x + attn(ln1(x), attn_mask=~masks.causal_mask(x.shape[-2]))
+    return x + mlp(ln2(x))
+
+
+def _no_residual(x, attn, ln1, ln2, mlp):
+    x = attn(ln1(x), attn_mask=masks.causal_mask(x.shape[-2]))
+    return mlp(ln2(x))
+
+
+def _parallel(x, attn, ln1, ln2, mlp):
+    return x + attn(ln1(x), attn_mask=masks.causal_mask(x.shape[-2])) + mlp(ln2(x))
+
+
+CAUSAL_BLOCK = Exercise(
+    id="causal_block",
+    chapter="12_capstone",
+    title="Assemble a causal transformer block",
+    signature="causal_block(x (B, L, D), attn MultiHeadAttention, ln1, ln2 LayerNorm, mlp) "
+              "-> (B, L, D)",
+    params=("x", "attn", "ln1", "ln2", "mlp"),
+    cases=_block_cases,
+    oracle=causal_block,
+    solution=causal_block,
+    hints=(
+        "Two sub-layers, each wrapped the pre-norm way: x = x + sublayer(norm(x)). The first "
+        "sub-layer is attention with ln1, the second the MLP with ln2, applied to the updated x.",
+        "The attention must not see the future: build the (L, L) mask with "
+        "masks.causal_mask(L) (True = may attend, the convention of MultiHeadAttention) and "
+        "pass it as attn(ln1(x), attn_mask=mask).",
+        "mask = masks.causal_mask(x.shape[-2]); x = x + attn(ln1(x), attn_mask=mask); "
+        "return x + mlp(ln2(x))",
+    ),
+    mistakes=(
+        Mistake("inverted_mask", "Your mask is inverted: course_lib's MultiHeadAttention (like "
+                "scaled_dot_product_attention) takes True = may attend, so pass "
+                "masks.causal_mask(L) itself, not ~masks.causal_mask(L) (that is "
+                "nn.MultiheadAttention's convention).", _inverted_mask),
+        Mistake("no_mask", "Your attention has no causal mask: every token also reads the tokens "
+                "after it. Pass attn_mask=masks.causal_mask(L).", _no_mask),
+        Mistake("post_norm", "You normalised after the residual addition (post-norm, the original "
+                "Transformer). This block is pre-norm: x = x + attn(ln1(x)), then "
+                "x = x + mlp(ln2(x)).", _post_norm),
+        Mistake("no_residual", "You dropped the residual connections: each sub-layer's output is "
+                "added to its input, x = x + attn(ln1(x), ...), not x = attn(...).",
+                _no_residual),
+        Mistake("parallel", "You fed the MLP the block's input: it reads the *updated* x, after "
+                "the attention's residual addition (mlp(ln2(x)) with the new x).", _parallel),
+    ),
+    allowed_course_calls=("course_lib.attention.multihead", "course_lib.attention.masks"),
 )
