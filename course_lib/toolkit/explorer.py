@@ -8,6 +8,7 @@ slider in the HTML actually changes what is shown. ``draw`` is what the tests ca
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,11 +18,31 @@ import matplotlib.pyplot as plt
 from matplotlib.animation import FuncAnimation
 
 BOOK_ENV = "COURSE_LIB_BOOK"
+# What a notebook shows for an explorer whose kernel is gone (a reload, a reopened notebook, a
+# fresh workbook): the text/plain of its output, instead of the widget's repr "VBox(children=...".
+LIVE_FALLBACK = "Run this cell to show the live explorer."
 
 
 def book_mode() -> bool:
     """True while the HTML book is being built (``COURSE_LIB_BOOK=1``)."""
     return os.environ.get(BOOK_ENV, "") == "1"
+
+
+@functools.cache
+def _live_box() -> type:
+    """A ``VBox`` whose text/plain is :data:`LIVE_FALLBACK` (ipywidgets imported on first use)."""
+    import ipywidgets as w
+
+    class LiveExplorer(w.VBox):
+        """The explorer's widgets; without a live kernel, Jupyter shows the text/plain."""
+
+        def _repr_mimebundle_(self, **kwargs: Any):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if isinstance(bundle, dict):
+                bundle["text/plain"] = LIVE_FALLBACK
+            return bundle
+
+    return LiveExplorer
 
 
 @dataclass(frozen=True)
@@ -116,7 +137,8 @@ class Explorer:
                 display(fig)
                 plt.close(fig)
 
-        ui = w.VBox([w.HBox(list(widgets.values()), layout=w.Layout(flex_flow="row wrap")), out])
+        ui = _live_box()([w.HBox(list(widgets.values()), layout=w.Layout(flex_flow="row wrap")),
+                          out])
         w.interactive_output(redraw, widgets)
         return ui
 
