@@ -115,12 +115,13 @@ def test_the_hamburger_hides_and_shows_the_sidebar_on_a_desktop(page_path, site,
         sidebar = page.locator("#pst-primary-sidebar")
         assert sidebar.is_visible()
         toggle = _visible(page, ".bd-header-article .primary-toggle")
+        # hidden: slid out to the left and made invisible (sphinx-book-theme's pst-sidebar-hidden)
+        shown = ("() => { const s = document.querySelector('#pst-primary-sidebar'); return "
+                 "getComputedStyle(s).visibility === 'visible' && "
+                 "s.getBoundingClientRect().right > 0; }")
         toggle.click()
-        page.wait_for_function("() => document.querySelector('#pst-primary-sidebar')"
-                               ".classList.contains('pst-sidebar-hidden')", timeout=5000)
+        page.wait_for_function(f"() => !({shown})()", timeout=5000)      # hidden
         toggle.click()
-        page.wait_for_function("() => !document.querySelector('#pst-primary-sidebar')"
-                               ".classList.contains('pst-sidebar-hidden')", timeout=5000)
-        assert sidebar.is_visible()
+        page.wait_for_function(shown, timeout=5000)                       # back
     finally:
         ctx.close()
