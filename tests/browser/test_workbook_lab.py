@@ -214,16 +214,13 @@ def workbook_lab(tmp_path_factory) -> Iterator[Lab]:
 
 @pytest.mark.slow
 def test_a_chapter_reads_like_the_book_and_runs_in_jupyterlab(browser, workbook_lab):
-    t0 = time.monotonic()
     with open_notebook(browser, workbook_lab, CHAPTER) as page:
-        print(f"opened after {time.monotonic() - t0:.1f} s")
         explorer = _cell(page, "library_explorer()")
         assert "Run this cell to show the live explorer" in explorer.inner_text()
         assert page.locator(".jp-Notebook .jp-Toast, .Toastify__toast").filter(
             has_text="Jupyter news").count() == 0
 
         _run_all(page)
-        print(f"ran all after {time.monotonic() - t0:.1f} s")
         texts = page.evaluate(JS_MARKDOWN)
         leaks = [(i, m.group(0)) for i, t in enumerate(texts) for m in LEAKS.finditer(t)]
         assert texts and not leaks, leaks
