@@ -39,7 +39,9 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	# setuptools' "Editable installation" notice (a warning box, nothing to act on) is silenced.
+	PYTHONWARNINGS="ignore:Editable installation" \
+	  $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -105,12 +107,13 @@ test: install
 	$(BIN)/python tools/progress_guard.py verify _build/.progress-guard.json
 
 # The learner's workspace. The workbook never overwrites a notebook you edited (FORCE=--force
-# does); LAB_ARGS passes options to JupyterLab (e.g. LAB_ARGS=--no-browser).
+# does); LAB_ARGS passes options to JupyterLab (e.g. LAB_ARGS=--no-browser). JupyterLab's settings
+# for the course (no news prompt) are tools/lab/jupyter_lab_config.py, never your ~/.jupyter.
 WORKBOOK ?= workbook
 LAB_ARGS ?=
 lab: install
 	$(BIN)/python -m course_lib workbook $(WORKBOOK) $(FORCE)
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(WORKBOOK) \
+	$(BIN)/jupyter lab --config=tools/lab/jupyter_lab_config.py --ServerApp.root_dir=$(WORKBOOK) \
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 bench: install

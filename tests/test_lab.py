@@ -145,6 +145,15 @@ def test_make_lab_on_a_clone_serves_jupyterlab_on_the_workbook(tmp_path):
         code, body = _get(f"{base}/lab/api/extensions", token)
         names = {e["name"] for e in json.loads(body)}
         assert "jupyter-widgets-jupyterlab-manager" in names      # ipywidgets work
+        assert "jupyterlab-myst" in names                         # the chapters' MyST renders
+        # tools/lab/jupyter_lab_config.py: no news prompt, no request to the news feed
+        code, body = _get(f"{base}/lab", token)
+        assert b'"news": {"disabled": true}' in body.replace(b"&#34;", b'"'), body[:2000]
+        code, body = _get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification",
+                          token)
+        fetch_news = json.loads(body)["schema"]["properties"]["fetchNews"]
+        assert code == 200 and fetch_news["default"] == "false"    # overrides.json
+        assert not (home / ".jupyter").exists()                    # nothing in the home folder
         assert _get(f"{base}/api/status", "wrong-token")[0] == 403
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -142,6 +142,8 @@ def setup(app):
     # MathJax (and every other asset) on every page: math can also arrive in pages Sphinx does not
     # flag as having equations (citations, index, search snippets).
     app.set_html_assets_policy("always")
+    # book/_static/course.js: every sidebar toggle works (pydata-sphinx-theme issue #2451).
+    app.add_js_file("course.js")
     app.connect("config-inited", _config_inited, priority=100)
     app.connect("html-page-context", _page_context, priority=900)
     app.connect("build-finished", _build_finished)

@@ -56,15 +56,18 @@ def _build_finished(app, exception) -> None:
 
     from sphinx.util import logging
 
+    from course_lib.toolkit.book_refs import build_index
     from course_lib.toolkit.workbook import WorkbookError, dumps, learner_copy
 
     log = logging.getLogger(__name__)
     out = Path(app.outdir) / WORKBOOK_DIR
     out.mkdir(parents=True, exist_ok=True)
+    index = build_index(Path(app.srcdir) / "book")
     for doc in _chapters(app):
         src = Path(app.srcdir) / f"{doc}.ipynb"
         try:
-            nb = learner_copy(json.loads(src.read_text(encoding="utf-8")), src.name)
+            nb = learner_copy(json.loads(src.read_text(encoding="utf-8")), src.name,
+                              index)
         except WorkbookError as e:
             log.warning("workbook not written: %s", e, type="book_workbook", subtype="solution")
             continue

@@ -8,7 +8,10 @@ slider in the HTML actually changes what is shown. ``draw`` is what the tests ca
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +20,34 @@ import matplotlib.pyplot as plt
 from matplotlib.animation import FuncAnimation
 
 BOOK_ENV = "COURSE_LIB_BOOK"
+# What a notebook shows for an explorer whose kernel is gone (a reload, a reopened notebook, a
+# fresh workbook): the text/plain of its output, instead of the widget's repr "VBox(children=...".
+LIVE_FALLBACK = "Run this cell to show the live explorer."
+# The book's players are drawn so that their smallest text is at least this many pixels high at the
+# image's own size; on a phone the frame keeps that size and scrolls sideways (course.css).
+PLAYER_MIN_TEXT_PX = 10.5
 
 
 def book_mode() -> bool:
     """True while the HTML book is being built (``COURSE_LIB_BOOK=1``)."""
     return os.environ.get(BOOK_ENV, "") == "1"
+
+
+@functools.cache
+def _live_box() -> type:
+    """A ``VBox`` whose text/plain is :data:`LIVE_FALLBACK` (ipywidgets imported on first use)."""
+    import ipywidgets as w
+
+    class LiveExplorer(w.VBox):
+        """The explorer's widgets; without a live kernel, Jupyter shows the text/plain."""
+
+        def _repr_mimebundle_(self, **kwargs: Any):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if isinstance(bundle, dict):
+                bundle["text/plain"] = LIVE_FALLBACK
+            return bundle
+
+    return LiveExplorer
 
 
 @dataclass(frozen=True)
@@ -75,10 +101,29 @@ class Explorer:
         name = self.animate or next(iter(self.controls))
         return [{**self.defaults(), name: opt} for opt in self.controls[name].options]
 
+    def smallest_text_pt(self) -> float:
+        """The font size (pt) of the smallest visible text of the default frame."""
+        from matplotlib.text import Text
+
+        fig = self.render()
+        fig.canvas.draw()
+        sizes = [t.get_fontsize() for t in fig.findobj(Text)
+                 if t.get_visible() and t.get_text().strip()]
+        plt.close(fig)
+        return min(sizes, default=10.0)
+
+    def player_dpi(self) -> int:
+        """``dpi``, raised so the smallest text is :data:`PLAYER_MIN_TEXT_PX` high (1 pt = dpi/72
+        px)."""
+        return max(self.dpi, math.ceil(72 * PLAYER_MIN_TEXT_PX / self.smallest_text_pt()))
+
     def player_html(self) -> str:
-        """A self-contained HTML/JS player (slider + buttons) over precomputed frames."""
+        """A self-contained HTML/JS player (slider + buttons) over precomputed frames, wrapped in
+        ``<div class="course-player" data-min-text-px=...>`` (the smallest text at natural size)."""
         frames = self.player_frames()
-        fig = plt.figure(figsize=self.figsize, dpi=self.dpi)
+        dpi = self.player_dpi()
+        min_px = self.smallest_text_pt() * dpi / 72
+        fig = plt.figure(figsize=self.figsize, dpi=dpi)
 
         def update(i: int):
             fig.clear()
@@ -89,7 +134,9 @@ class Explorer:
                              blit=False, repeat=False)
         html = anim.to_jshtml(default_mode="once")
         plt.close(fig)
-        return html
+        html = re.sub(r'(<img id="_anim_img\w+">)', r'<div class="course-player-frame">\1</div>',
+                      html, count=1)
+        return f'<div class="course-player" data-min-text-px="{min_px:.1f}">{html}</div>'
 
     def live(self):
         """Live ipywidgets: one widget per control, the figure redrawn on every change."""
@@ -116,7 +163,8 @@ class Explorer:
                 display(fig)
                 plt.close(fig)
 
-        ui = w.VBox([w.HBox(list(widgets.values()), layout=w.Layout(flex_flow="row wrap")), out])
+        ui = _live_box()([w.HBox(list(widgets.values()), layout=w.Layout(flex_flow="row wrap")),
+                          out])
         w.interactive_output(redraw, widgets)
         return ui
 

@@ -7,10 +7,17 @@ notebook ``NN_name.ipynb`` of the book into a learner copy:
   the starter cells (``def softmax(x, dim=-1): ...``) and the check cells stay;
 * the outputs of the code cells in the "Exercises" section are cleared (a fresh check shows
   "Not attempted yet." until the learner writes code);
-* the "Check yourself" answers, MyST ``{dropdown}`` fences in the book, become
-  ``<details><summary>Answer</summary>...</details>`` blocks, which Jupyter shows folded; MyST
-  roles that Jupyter cannot render (``{term}`x```, ``{eq}`label```, ``{cite}`key```...) become
-  plain text.
+* the test scaffolding goes: the first-line comments that tell nbval why a cell's output is not
+  compared ("# machine-dependent ...", "# output not compared by nbval ...") are dropped (the
+  ``nbval-ignore-output`` tag keeps the fact), and stored widget views, which no kernel backs
+  after a reload, become the explorer's line "Run this cell to show the live explorer.";
+* the Markdown reads like the book in JupyterLab with ``jupyterlab-myst`` (installed by
+  ``make lab``), which renders admonitions, dropdowns, section labels ``(sec-x)=``, numbered
+  ``{math}`` and ``{eq}``/``{ref}``/``{numref}`` references within the notebook. The writer
+  converts what it cannot know in a lone notebook (:func:`markdown_for_lab`): labelled display
+  equations get the book's numbers ("(8.4)"), citations become "Dao et al. (2022)" linked to the
+  book's bibliography, glossary terms, other chapters and their equations become links to the
+  book's pages, figure numbers the book's "Fig. 1.2".
 
 Each copy records, in its metadata (``course_lib.workbook``), the SHA-256 of the cell sources it
 was written with. A later run replaces a copy only while its cells are unchanged (a new version of
@@ -32,14 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_lib.toolkit.book_refs import DISPLAY_MATH, BookIndex, build_index, in_prose
+
 SOLUTION_TAG = "solution"
 CHAPTER_GLOB = "[0-9][0-9]_*.ipynb"
 METADATA_KEY = "course_lib"
 _DEFINES_SOLUTION = re.compile(r"^\s*def \w+_solution\s*\(", re.M)
-_OPEN = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|:{3,}|~{3,})\{dropdown\}[ \t]*(?P<title>.*)$")
 _ROLE = re.compile(r"\{(?P<role>[a-z][\w:-]*)\}`(?P<text>[^`]+)`")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$", re.M)
+# Test scaffolding the book keeps for nbval (README "Notebook outputs"), not for the learner.
+_NBVAL_COMMENT = re.compile(r"^# (machine-dependent|output not compared by nbval)\b.*(\n|$)")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class WorkbookError(Exception):
@@ -79,59 +89,90 @@ def find_source(source: str | Path | None = None) -> Path:
 # --------------------------------------------------------------------------- transforming
 
 
-def _dropdowns_to_details(text: str) -> str:
-    """MyST ``{dropdown}`` fences -> ``<details>`` blocks (same indentation, so list items keep
-    their answers)."""
-    lines = text.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        m = _OPEN.match(lines[i])
-        if not m:
-            out.append(lines[i])
-            i += 1
-            continue
-        indent, fence = m.group("indent"), m.group("fence")
-        title = m.group("title").strip() or "Answer"
-        j = i + 1
-        while j < len(lines) and re.match(r"^\s*:[\w-]+:", lines[j]):   # directive options
-            j += 1
-        body: list[str] = []
-        depth = 0   # nested fences inside the answer (with an info string, or shorter)
-        while j < len(lines):
-            stripped = lines[j].strip()
-            if depth == 0 and stripped == fence:
-                break
-            if re.match(r"^(`{3,}|:{3,}|~{3,})\S", stripped):
-                depth += 1
-            elif depth and re.match(r"^(`{3,}|:{3,}|~{3,})$", stripped):
-                depth -= 1
-            body.append(lines[j])
-            j += 1
+def _math_blocks(text: str, index: BookIndex, doc: str) -> str:
+    """``$$ ... $$ (label)`` -> a ``{math}`` directive with the book's number as its enumerator
+    (jupyterlab-myst shows "(8.4)" and resolves ``{eq}`label``` to it; it ignores the trailing
+    "(label)" of dollar math and would number every equation 1, 2, ... of the notebook). An
+    unlabelled equation stays unnumbered, as in the book."""
+    def repl(m: re.Match[str]) -> str:
+        indent, body, label = m.group("indent"), m.group("body"), m.group("label")
+        target = index.targets.get(label or "")
+        lines = [f"{indent}```{{math}}"]
+        if label and target is not None and target.doc == doc:
+            lines += [f"{indent}:label: {label}", f"{indent}:enumerator: {target.number}"]
         else:
-            raise WorkbookError(f"unclosed {{dropdown}} fence: {lines[i].strip()!r}")
-        out.append(f"{indent}<details><summary>{title}</summary>")
-        out.append("")
-        out.extend(body)
-        out.append("")
-        out.append(f"{indent}</details>")
-        i = j + 1
-    return "\n".join(out)
+            lines.append(f"{indent}:enumerated: false")
+        lines += [ln if ln.startswith(indent) else indent + ln.lstrip()
+                  for ln in body.split("\n")]
+        lines.append(f"{indent}```")
+        return "\n".join(lines)
+
+    return DISPLAY_MATH.sub(repl, text)
 
 
-def _plain_roles(text: str) -> str:
+def _anchor(label: str) -> str:
+    """The HTML id Sphinx gives a label (docutils' make_id)."""
+    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+
+
+def _cite(keys: str, role: str, index: BookIndex) -> str:
+    refs = index.page_url("references")
+    parts = []
+    for key in (k.strip() for k in keys.split(",")):
+        if key not in index.citations:
+            parts.append(f"{key}")
+            continue
+        names, year = index.citations[key]
+        parts.append(f"[{names} ({year})]({refs})" if role == "cite:t"
+                     else f"[{names}, {year}]({refs})")
+    return "; ".join(parts) if role == "cite:t" else "(" + "; ".join(parts) + ")"
+
+
+def _roles(text: str, index: BookIndex, doc: str) -> str:
+    """What jupyterlab-myst cannot resolve in a lone notebook becomes Markdown: citations
+    ("Dao et al. (2022)", linked to the book's bibliography), glossary terms and other chapters
+    (links to the book's pages), figure and section numbers as the book prints them. References
+    to equations and sections of the same notebook stay roles: jupyterlab-myst resolves them."""
     def repl(m: re.Match[str]) -> str:
         role, body = m.group("role"), m.group("text")
-        label = re.sub(r"\s*<[^>]*>\s*$", "", body).strip() or body
-        if role == "eq":
-            return f"({label})"
+        explicit = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>\s*$", body, re.S)
+        shown = explicit.group("text").strip() if explicit else ""
+        target = explicit.group("target").strip() if explicit else body.strip()
         if role.startswith("cite"):
-            return f"[{label}]"
-        if role in ("doc", "ref", "numref"):
-            return f"*{label}*"
-        return label          # term, abbr, ...
+            return _cite(target, role, index)
+        if role == "term":
+            term = target if explicit else body
+            return f"[{shown or body}]({index.page_url('glossary', 'term-' + _anchor(term))})"
+        if role == "doc":
+            page = target.rsplit("/", 1)[-1]
+            return f"[{shown or index.titles.get(page, page)}]({index.page_url(page)})"
+        known = index.targets.get(target)
+        if known is None:
+            return shown or target
+        here = known.doc == doc
+        if role == "eq":
+            if here:
+                return m.group(0)
+            return f"[({known.number})]({index.page_url(known.doc, 'equation-' + _anchor(target))})"
+        name = {"fig": "Fig.", "sec": "Section", "eq": "Eq."}[known.kind]
+        if role == "numref":
+            label = shown.replace("%s", known.number).replace("{number}", known.number) \
+                if shown else f"{name} {known.number}"
+        else:   # ref: the text given, else the section's title
+            label = shown or known.title or f"{name} {known.number}"
+        if here and known.kind == "sec":
+            return f"[{label}](#{target})"
+        if here:
+            return label
+        return f"[{label}]({index.page_url(known.doc, _anchor(target))})"
 
     return _ROLE.sub(repl, text)
+
+
+def markdown_for_lab(text: str, index: BookIndex, doc: str) -> str:
+    """One markdown cell of the book as the learner's JupyterLab (with jupyterlab-myst) shows it
+    like the book: see :func:`_math_blocks` and :func:`_roles`."""
+    return in_prose(text, lambda prose: _roles(_math_blocks(prose, index, doc), index, doc))
 
 
 def _source(cell: dict[str, Any]) -> str:
@@ -149,9 +190,40 @@ def sources_sha256(nb: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def learner_copy(nb: dict[str, Any], name: str = "") -> dict[str, Any]:
-    """The learner's copy of one chapter notebook (the input is not modified)."""
+def _fallback_output() -> dict[str, Any]:
+    from course_lib.toolkit.explorer import LIVE_FALLBACK
+
+    return {"output_type": "display_data", "metadata": {}, "data": {"text/plain": LIVE_FALLBACK}}
+
+
+def _code_cell(cell: dict[str, Any]) -> None:
+    """Drop the nbval first-line comment (the cell's tags keep the fact) and replace stored
+    widget views, dead without their kernel, by the explorer's "run this cell" line."""
+    text = _source(cell)
+    stripped = _NBVAL_COMMENT.sub("", text, count=1)
+    if stripped != text:
+        _set_source(cell, stripped)
+    outputs = cell.get("outputs", [])
+    if any(WIDGET_VIEW in o.get("data", {}) for o in outputs):
+        cell["outputs"] = [_fallback_output() if WIDGET_VIEW in o.get("data", {}) else o
+                           for o in outputs]
+
+
+def _default_index() -> BookIndex:
+    try:
+        return build_index(find_source())
+    except WorkbookError:
+        return BookIndex()
+
+
+def learner_copy(nb: dict[str, Any], name: str = "",
+                 index: BookIndex | None = None) -> dict[str, Any]:
+    """The learner's copy of one chapter notebook (the input is not modified). ``index``: the
+    book's numbering (:func:`course_lib.toolkit.book_refs.build_index`); by default that of the
+    book found by :func:`find_source`."""
     nb = copy.deepcopy(nb)
+    index = index if index is not None else _default_index()
+    doc = Path(name).stem
     cells = []
     in_exercises = False
     for cell in nb.get("cells", []):
@@ -164,7 +236,7 @@ def learner_copy(nb: dict[str, Any], name: str = "") -> dict[str, Any]:
                 if len(level) <= 2:
                     title = re.sub(r"^[\d.]+\s+", "", title.strip()).lower()
                     in_exercises = title.startswith("exercise")   # "Exercises", "1.8 Exercise: x"
-            new = _plain_roles(_dropdowns_to_details(text))
+            new = markdown_for_lab(text, index, doc)
             if new != text:
                 _set_source(cell, new)
         elif cell.get("cell_type") == "code":
@@ -173,6 +245,7 @@ def learner_copy(nb: dict[str, Any], name: str = "") -> dict[str, Any]:
                     f"{name or 'a notebook'}: a cell defines a *_solution function but is not "
                     f"tagged {SOLUTION_TAG!r}; tag it so the workbook leaves it out")
             cell.get("metadata", {}).pop("execution", None)
+            _code_cell(cell)
             if in_exercises:
                 cell["outputs"] = []
                 cell["execution_count"] = None
@@ -225,9 +298,10 @@ def write_workbook(dest: str | Path, source: str | Path | None = None, *,
         raise WorkbookError("the workbook must not be written over the book's own notebooks")
     dest.mkdir(parents=True, exist_ok=True)
     report = Report(dest=dest)
+    index = build_index(src)
     for path in sorted(src.glob(CHAPTER_GLOB)):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        text = dumps(learner_copy(nb, path.name))
+        text = dumps(learner_copy(nb, path.name, index))
         target = dest / path.name
         if target.exists():
             current = target.read_text(encoding="utf-8")

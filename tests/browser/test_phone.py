@@ -1,0 +1,127 @@
+"""The HTML book on a phone (390 px wide), page by page, and its sidebar toggles on a desktop.
+
+* The article header's toggles open and close the sidebars: the hamburger the site navigation,
+  the list icon the page contents (pydata-sphinx-theme issue #2451; book/_static/course.js).
+* No page scrolls sideways, and nothing sticks out of the screen except inside the boxes that
+  scroll on their own: code blocks, display math, tables and players' frames.
+* Every player's text is at least 10 px high as shown (``data-min-text-px`` of
+  ``course_lib.toolkit.explorer.Explorer.player_html`` times the image's display scale).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .probe import open_page
+from .test_book_in_browser import site_pages
+
+PHONE = {"width": 390, "height": 844}
+MIN_TEXT_PX = 10.0
+# Boxes that may hold content wider than the screen: they scroll (or clip) by themselves.
+SCROLLERS = ("pre, .highlight, mjx-container, div.math, .course-player-frame, table, "
+             ".pst-scrollable-table-container, .table-wrapper, dialog, .bd-sidebar-primary, "
+             ".bd-sidebar-secondary, .bd-header, .search-button__wrapper")
+
+_OVERFLOW_JS = """
+(scrollers) => {
+  const W = document.documentElement.clientWidth;
+  const out = [];
+  document.querySelectorAll('.bd-main *').forEach(el => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= W + 1 || el.closest(scrollers)) return;
+    out.push(`${el.tagName.toLowerCase()}.${String(el.className).slice(0, 40)} sticks out ` +
+             `${Math.round(r.right - W)} px: ${(el.innerText || '').slice(0, 60)}`);
+  });
+  return {scroll: document.documentElement.scrollWidth - W, out: out.slice(0, 5)};
+}
+"""
+
+_PLAYER_TEXT_JS = """
+() => Array.from(document.querySelectorAll('.course-player'), (player, i) => {
+  const img = player.querySelector('img');
+  const scale = img && img.naturalWidth ? img.getBoundingClientRect().width / img.naturalWidth : 0;
+  return {i, px: parseFloat(player.dataset.minTextPx) * scale, scale};
+})
+"""
+
+
+def _visible(page, selector: str):
+    return page.locator(selector).filter(visible=True).first
+
+
+def _toggle_opens_dialog(page, button: str, dialog: str) -> str | None:
+    """Click ``button``: ``dialog`` must open, and Escape must close it. None if it works."""
+    toggle = _visible(page, button)
+    if toggle.count() == 0:
+        return f"no visible {button}"
+    toggle.click()
+    try:
+        page.wait_for_function(f"() => document.querySelector('{dialog}').open", timeout=5000)
+    except Exception:
+        return f"{button} did not open {dialog}"
+    page.keyboard.press("Escape")
+    try:
+        page.wait_for_function(f"() => !document.querySelector('{dialog}').open", timeout=5000)
+    except Exception:
+        return f"Escape did not close {dialog}"
+    return None
+
+
+@pytest.fixture
+def phone(browser):
+    ctx = browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True,
+                              has_touch=True)
+    yield ctx
+    ctx.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_path", site_pages())
+def test_a_page_on_a_phone(page_path, site, server, phone):
+    page = open_page(phone, server.base + page_path).page
+    problems = []
+
+    overflow = page.evaluate(_OVERFLOW_JS, SCROLLERS)
+    if overflow["scroll"] > 0:
+        problems.append(f"the page scrolls sideways by {overflow['scroll']} px")
+    problems += overflow["out"]
+
+    for player in page.evaluate(_PLAYER_TEXT_JS):
+        if player["px"] < MIN_TEXT_PX:
+            problems.append(f"player {player['i']}: smallest text {player['px']:.1f} px "
+                            f"(frame shown at {player['scale']:.2f} of its size)")
+
+    problem = _toggle_opens_dialog(page, ".bd-header-article .primary-toggle",
+                                   "#pst-primary-sidebar-modal")
+    if problem:
+        problems.append(problem)
+    if page.locator(".bd-header-article .secondary-toggle").filter(visible=True).count():
+        problem = _toggle_opens_dialog(page, ".bd-header-article .secondary-toggle",
+                                       "#pst-secondary-sidebar-modal")
+        if problem:
+            problems.append(problem)
+    elif page.locator("#pst-page-toc-nav").count():
+        problems.append("the page has contents but no visible page-contents toggle")
+    assert not problems, f"{page_path} at 390 px:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page_path", ["book/intro.html", "book/08_flash.html"])
+def test_the_hamburger_hides_and_shows_the_sidebar_on_a_desktop(page_path, site, server,
+                                                                browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = open_page(ctx, server.base + page_path).page
+        sidebar = page.locator("#pst-primary-sidebar")
+        assert sidebar.is_visible()
+        toggle = _visible(page, ".bd-header-article .primary-toggle")
+        # hidden: slid out to the left and made invisible (sphinx-book-theme's pst-sidebar-hidden)
+        shown = ("() => { const s = document.querySelector('#pst-primary-sidebar'); return "
+                 "getComputedStyle(s).visibility === 'visible' && "
+                 "s.getBoundingClientRect().right > 0; }")
+        toggle.click()
+        page.wait_for_function(f"() => !({shown})()", timeout=5000)      # hidden
+        toggle.click()
+        page.wait_for_function(shown, timeout=5000)                       # back
+    finally:
+        ctx.close()
