@@ -58,8 +58,8 @@ lint: install
 	$(BIN)/ruff check course_lib tests bench tools
 	$(BIN)/python tools/notebook_setup.py --check book/*.ipynb
 
-UNIT = COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 -q --ignore=tests/browser \
-	  --durations=15
+UNIT = COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 --dist loadgroup -q \
+	  --ignore=tests/browser --durations=15
 unit: install
 	$(UNIT)
 
