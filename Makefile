@@ -133,9 +133,10 @@ test:
 	  "book=$(SUBMAKE) book" "browser=$(SUBMAKE) browser" \
 	  "guard verify=$(SUBMAKE) guard-verify"
 
-# The quick loop while editing (< 3 min on an idle 2-core machine): not a substitute for `make test`.
+# The quick loop while editing (a few minutes): not a substitute for `make test`.
 check:
-	@$(PYTHON) tools/stage_timer.py --summary-file _build/check-timings.txt "install=$(SUBMAKE) install" "lint=$(SUBMAKE) lint" \
+	@$(PYTHON) tools/stage_timer.py --summary-file _build/check-timings.txt \
+	  "install=$(SUBMAKE) install" "lint=$(SUBMAKE) lint" \
 	  "unit (not slow)=$(SUBMAKE) unit-fast" "nbval changed=$(SUBMAKE) nbval-changed"
 
 # The learner's workspace. The workbook never overwrites a notebook you edited (FORCE=--force

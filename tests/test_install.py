@@ -48,6 +48,6 @@ def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch,
     monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     monkeypatch.chdir(book)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    nbclient.NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(book)}}).execute()
     assert expected >= 2 and _figures(json.loads(nbformat.writes(nb))) == expected

@@ -119,7 +119,7 @@ PROBE = textwrap.dedent('''
 RUNNER = textwrap.dedent('''
     import sys, nbformat, nbclient
     nb = nbformat.read(sys.argv[1], as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    nbclient.NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3").execute()
     nbformat.write(nb, sys.argv[2])
 ''')
 
