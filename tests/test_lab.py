@@ -46,6 +46,7 @@ def softmax(x, dim=-1):
 '''
 
 
+@pytest.mark.slow  # every README command, a workbook included: well over 5 s
 def test_every_learner_command_of_the_readme_runs(tmp_path, monkeypatch, capsys):
     """In-process, the same code path as `.venv/bin/python -m course_lib ...` (test_cli runs the
     module itself in a subprocess)."""
