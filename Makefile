@@ -2,7 +2,8 @@
 #   make lab    JupyterLab on your own copies of the chapters (workbook/, no solutions)
 #   make book   build the HTML book into _build/html
 #   make test   lint, unit tests, nbval over every notebook (twice: native, then with perturbed CPU
-#               kernels and threads), the book, and the browser test
+#               kernels and threads), the book, and the browser test; then a per-stage timing table
+# While editing, `make check` is the quick subset (README "Testing": which one when).
 SHELL := /bin/bash
 PYTHON ?= python3
 NPM ?= npm
@@ -23,13 +24,14 @@ BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
-.PHONY: help install assets lint unit nbval nbval-native nbval-perturbed notebooks book book-force \
-  browser test bench clean lab
+.PHONY: help install assets lint unit unit-fast nbval nbval-native nbval-perturbed nbval-changed \
+  notebooks book book-force browser test check guard-snapshot guard-verify bench clean lab
 
 help:
 	@echo "make lab    - JupyterLab on workbook/, your copies of the chapters (no solutions)"
 	@echo "make book   - build the HTML book into _build/html (sets up .venv and node_modules)"
 	@echo "make test   - lint, unit tests, nbval over book/*.ipynb (native + perturbed), book, browser"
+	@echo "make check  - quick: lint, unit tests minus slow ones, nbval of notebooks changed since main"
 	@echo "make notebooks - re-execute every notebook in place (after changing a chapter or course_lib)"
 	@echo "make bench  - run the CPU benchmark and write course_lib/toolkit/bench/results/"
 
@@ -58,15 +60,22 @@ lint: install
 	$(BIN)/ruff check course_lib tests bench tools
 	$(BIN)/python tools/notebook_setup.py --check book/*.ipynb
 
+UNIT = COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 --dist loadgroup -q \
+	  --ignore=tests/browser --durations=15
 unit: install
-	COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest tests -n 2 -q --ignore=tests/browser
+	$(UNIT)
+
+# The unit tests without those marked slow (> 5 s each on an idle machine), for `make check`.
+unit-fast: install
+	$(UNIT) -m "not slow"
 
 # Stored outputs are compared twice: as this machine runs them, and with torch's portable kernels on
 # one thread (another SIMD path and reduction order). Both must pass; see README "Notebook outputs".
 NBVAL = env -u MPLBACKEND -u COURSE_LIB_BOOK COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS)
-NBVAL_ARGS = --nbval --nbval-current-env --nbval-sanitize-with ../tests/nbval_sanitize.cfg \
+NBVAL_OPTS = --nbval --nbval-current-env --nbval-sanitize-with ../tests/nbval_sanitize.cfg \
 	  --nbval-kernel-startup-timeout 180 \
-	  -n 2 --dist loadscope -p no:cacheprovider -q .
+	  -n 2 --dist loadscope -p no:cacheprovider -q
+NBVAL_ARGS = $(NBVAL_OPTS) .
 
 nbval: nbval-native nbval-perturbed
 
@@ -75,6 +84,13 @@ nbval-native: install
 
 nbval-perturbed: install
 	cd book && $(NBVAL) $(NBVAL_PERTURBED) ../$(BIN)/pytest $(NBVAL_ARGS)
+
+# nbval (native) of the notebooks changed since main: committed on this branch, edited, or new.
+nbval-changed: install
+	@nbs="$$($(BIN)/python tools/changed_notebooks.py)"; \
+	if [ -z "$$nbs" ]; then echo "nbval-changed: no notebook changed since main: skipped"; \
+	else echo "nbval-changed:" $$nbs; \
+	  cd book && $(NBVAL) ../$(BIN)/pytest $(NBVAL_OPTS) $$nbs; fi
 
 # The one way stored outputs are produced: fresh kernel per notebook, nbval's environment.
 notebooks: install
@@ -101,10 +117,29 @@ browser: book
 	$(BIN)/pytest tests/browser -q -rs -p no:cacheprovider
 
 # The guard fails the run if anything wrote to the learner's progress record (~/.course_lib).
-test: install
+guard-snapshot: install
 	$(BIN)/python tools/progress_guard.py snapshot _build/.progress-guard.json
-	$(MAKE) --no-print-directory lint unit nbval browser
+
+guard-verify: install
 	$(BIN)/python tools/progress_guard.py verify _build/.progress-guard.json
+
+# The full gate, one stage after another; stage_timer stops at the first failing stage and prints
+# the time of every stage either way (also in _build/stage-timings.txt). Standard-library Python:
+# it runs before .venv exists.
+STAGES = $(PYTHON) tools/stage_timer.py --summary-file _build/stage-timings.txt
+SUBMAKE = $(MAKE) --no-print-directory
+test:
+	@$(STAGES) "install=$(SUBMAKE) install" "guard=$(SUBMAKE) guard-snapshot" \
+	  "lint=$(SUBMAKE) lint" "unit=$(SUBMAKE) unit" \
+	  "nbval native=$(SUBMAKE) nbval-native" "nbval perturbed=$(SUBMAKE) nbval-perturbed" \
+	  "book=$(SUBMAKE) book" "browser=$(SUBMAKE) browser" \
+	  "guard verify=$(SUBMAKE) guard-verify"
+
+# The quick loop while editing (a few minutes): not a substitute for `make test`.
+check:
+	@$(PYTHON) tools/stage_timer.py --summary-file _build/check-timings.txt \
+	  "install=$(SUBMAKE) install" "lint=$(SUBMAKE) lint" \
+	  "unit (not slow)=$(SUBMAKE) unit-fast" "nbval changed=$(SUBMAKE) nbval-changed"
 
 # The learner's workspace. The workbook never overwrites a notebook you edited (FORCE=--force
 # does); LAB_ARGS passes options to JupyterLab (e.g. LAB_ARGS=--no-browser). JupyterLab's settings

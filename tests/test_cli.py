@@ -41,7 +41,7 @@ def solution_file(tmp_path):
     return path
 
 
-def run(env, *args, timeout=120):
+def run(env, *args, timeout=600):  # a bound on a hang, never reached by a passing run
     return subprocess.run([sys.executable, "-m", "course_lib", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
 

@@ -244,8 +244,9 @@ def test_huge_allocation_hits_the_memory_cap():
         while True:
             keep.append(torch.ones(2 ** 24))     # 64 MiB at a time
 
+    # the time limit is only a bound: under load, growing to the cap 64 MiB at a time took > 20 s
     for fn in (hog, grows):
-        result = exercises.check("softmax", fn, timeout=20)
+        result = exercises.check("softmax", fn, timeout=600)
         assert result.mistake == "memory_limit", result.message
         assert "memory" in result.message
 

@@ -1,11 +1,11 @@
-"""A non-editable install (``pip install --target``) runs the complexity chapter, from a copy of
-the notebook outside the repository, with every figure present: the committed benchmark results
-travel as package data."""
+"""A non-editable install (``pip install --target`` of the checkout's wheel, built once per session
+by the ``course_lib_wheel`` fixture) runs the complexity chapter, from a copy of the notebook
+outside the repository, with every figure present: the committed benchmark results travel as
+package data."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,17 +23,14 @@ def _figures(nb: dict) -> int:
 
 
 @pytest.mark.slow
-def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch):
+@pytest.mark.xdist_group("course_lib_wheel")
+def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch,
+                                                          course_lib_wheel):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    source = tmp_path / "source"  # build from a copy: pip writes build/ and *.egg-info there
-    shutil.copytree(ROOT / "course_lib", source / "course_lib",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-cache-dir", "--target", str(site), str(source)],
+                    "--no-index", "--no-cache-dir", "--target", str(site), str(course_lib_wheel)],
                    check=True, cwd=tmp_path)
     assert (site / "course_lib" / "toolkit" / "bench" / "results" / "cpu-float32.json").is_file()
     assert (site / "course_lib" / "chapters" / "ch10_inference" / "data" / "decode-cpu.json"
@@ -51,6 +48,6 @@ def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch)
     monkeypatch.setenv("COURSE_LIB_PROGRESS", str(tmp_path / "progress.json"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     monkeypatch.chdir(book)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    nbclient.NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(book)}}).execute()
     assert expected >= 2 and _figures(json.loads(nbformat.writes(nb))) == expected

@@ -46,6 +46,7 @@ def softmax(x, dim=-1):
 '''
 
 
+@pytest.mark.slow  # every README command, a workbook included: well over 5 s
 def test_every_learner_command_of_the_readme_runs(tmp_path, monkeypatch, capsys):
     """In-process, the same code path as `.venv/bin/python -m course_lib ...` (test_cli runs the
     module itself in a subprocess)."""
@@ -119,21 +120,25 @@ def test_make_lab_on_a_clone_serves_jupyterlab_on_the_workbook(tmp_path):
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "cfg"),
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces")}
     # `make lab` itself; `-o install` because this environment is the installed .venv
+    # the port is a hint: if something took it meanwhile, the server tries others (port_retries)
+    # and the test reads the one it got from the server's info file in its runtime folder
     lab_args = (f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 "
-                f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
+                f"--ServerApp.port_retries=50 --IdentityProvider.token={token}")
     proc = subprocess.Popen(["make", "-o", "install", "lab", f"VENV={sys.prefix}",
                              f"LAB_ARGS={lab_args}"], cwd=clone, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600  # a bound for a loaded machine; it waits for a condition
         status = None
         while time.monotonic() < deadline and proc.poll() is None:
             try:
+                info = json.loads(next((home / "runtime").glob("jpserver-*.json")).read_text())
+                base = f"http://127.0.0.1:{info['port']}"
                 status = _get(f"{base}/api/status", token)
                 break
-            except (urllib.error.URLError, ConnectionError, OSError):
+            except (StopIteration, ValueError, KeyError, urllib.error.URLError, ConnectionError,
+                    OSError):
                 time.sleep(0.5)
         assert status is not None, proc.stdout.read().decode() if proc.poll() is not None else ""
         assert status[0] == 200 and "started" in json.loads(status[1])

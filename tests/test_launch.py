@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -120,24 +119,18 @@ PROBE = textwrap.dedent('''
 RUNNER = textwrap.dedent('''
     import sys, nbformat, nbclient
     nb = nbformat.read(sys.argv[1], as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    nbclient.NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3").execute()
     nbformat.write(nb, sys.argv[2])
 ''')
 
 
 @pytest.mark.slow
-def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path):
+@pytest.mark.xdist_group("course_lib_wheel")
+def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, course_lib_wheel):
     """Like Colab: no course_lib; the setup cell installs it (here from a locally built wheel,
-    offline), then the learner's copy of a chapter runs and records nothing as passed."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "course_lib", src / "course_lib",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", str(src), "-w", str(wheels)], check=True, timeout=300)
-    wheel = next(wheels.glob("course_lib-*.whl"))
+    offline: the session's ``course_lib_wheel``), then the learner's copy of a chapter runs and
+    records nothing as passed."""
+    wheel = course_lib_wheel
 
     # A fresh environment without course_lib; its dependencies (torch...) come from this one.
     venv = tmp_path / "venv"

@@ -59,10 +59,11 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 class LocalServer:
-    """Serve a directory on 127.0.0.1 (free port) from a daemon thread."""
+    """Serve a directory on 127.0.0.1 (a free port the OS picks) from a daemon thread.
+    ``handler_class``: a ``SimpleHTTPRequestHandler`` subclass (the self-test's holds requests)."""
 
-    def __init__(self, directory: Path) -> None:
-        handler = functools.partial(_QuietHandler, directory=str(directory))
+    def __init__(self, directory: Path, handler_class: type = _QuietHandler) -> None:
+        handler = functools.partial(handler_class, directory=str(directory))
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

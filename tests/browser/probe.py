@@ -7,10 +7,15 @@ the ``check_*`` functions inspect the loaded page and return a list of problems 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+# Upper bounds for waits in the browser: generous, since a loaded machine is slow, and a passing
+# page never waits them out (every wait is for a condition, never a fixed time).
+DEFAULT_TIMEOUT_MS = 120_000
 
 # Text nodes under these elements are code, not prose: raw TeX there is fine.
 _VISIBLE_TEXT_JS = """
@@ -70,15 +75,72 @@ async () => {
 
 
 @dataclass
+class FailedRequest:
+    """A local request that did not complete: its URL, Chromium's error text (or the HTTP status),
+    the main-frame document it was made in (a count of main-frame navigations, see ``Visit``),
+    whether it was itself a navigation, and whether it failed after the test began to leave its
+    document."""
+
+    url: str
+    error: str
+    document: int = -1
+    navigation: bool = False
+    after_leaving: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.url} ({self.error})"
+
+
+# Chromium's error text for a load cancelled, e.g. by its own document going away (navigation).
+NAVIGATION_ABORT = "net::ERR_ABORTED"
+
+
+@dataclass
 class Visit:
-    """A loaded page plus what went wrong while loading it."""
+    """A loaded page plus what went wrong while loading it.
+
+    Each main-frame document gets a number (``document``: how many main-frame navigations had
+    committed when a request was made). A request aborted (``net::ERR_ABORTED``) after the test
+    itself began to navigate away from its document (``with visit.navigation(): page.click(...)``
+    or ``visit.goto(url)``) is normal browser behaviour, not a failure; every other failed local
+    request is: an abort in a document the test did not leave (or before it left), and any other
+    error anywhere.
+    """
 
     page: object
     url: str
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
-    failed_requests: list[str] = field(default_factory=list)
     remote_requests: list[str] = field(default_factory=list)
+    failures: list[FailedRequest] = field(default_factory=list)
+    document: int = 0
+    left_documents: set[int] = field(default_factory=set)
+
+    def _left_behind(self, f: FailedRequest) -> bool:
+        return f.error == NAVIGATION_ABORT and not f.navigation and f.after_leaving
+
+    @property
+    def failed_requests(self) -> list[str]:
+        """Failed local requests, minus aborts of documents the test navigated away from."""
+        return [str(f) for f in self.failures if not self._left_behind(f)]
+
+    @property
+    def excused_aborts(self) -> list[str]:
+        """The aborts ``failed_requests`` leaves out (for reports and the self-test)."""
+        return [str(f) for f in self.failures if self._left_behind(f)]
+
+    @contextmanager
+    def navigation(self, **expect_kwargs) -> Iterator[None]:
+        """Wrap an action of the test that navigates this page (a click on a link): the document
+        being left is recorded, so aborts of its pending requests are not failures."""
+        self.left_documents.add(self.document)
+        with self.page.expect_navigation(**expect_kwargs):
+            yield
+
+    def goto(self, url: str, wait_until: str = "load") -> None:
+        """Navigate this page to ``url`` as an action of the test (see ``navigation``)."""
+        self.left_documents.add(self.document)
+        self.page.goto(url, wait_until=wait_until)
 
     def load_problems(self) -> list[str]:
         return ([f"console error: {m}" for m in self.console_errors]
@@ -94,10 +156,12 @@ def is_local(url: str) -> bool:
     return parts.hostname in LOCAL_HOSTS
 
 
-def open_page(context, url: str) -> Visit:
+def open_page(context, url: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Visit:
     """Open ``url`` in ``context``; block (and record) every request to a non-local host."""
     page = context.new_page()
+    page.set_default_timeout(timeout_ms)
     visit = Visit(page=page, url=url)
+    made_in: dict[object, int] = {}  # request -> the document it was made in
 
     def route(r):
         if is_local(r.request.url):
@@ -106,13 +170,22 @@ def open_page(context, url: str) -> Visit:
             visit.remote_requests.append(r.request.url)
             r.abort()
 
+    def on_navigated(frame):
+        # events arrive in the browser's order: a document's requests all come before the
+        # commit of the next document, whose requests all come after it
+        if frame == page.main_frame:
+            visit.document += 1
+
     def on_failed(req):
         if is_local(req.url):
-            visit.failed_requests.append(f"{req.url} ({req.failure})")
+            doc = made_in.get(req, -1)
+            visit.failures.append(FailedRequest(req.url, str(req.failure), doc,
+                                                req.is_navigation_request(),
+                                                doc in visit.left_documents))
 
     def on_response(resp):
         if resp.status >= 400 and is_local(resp.url):
-            visit.failed_requests.append(f"{resp.url} (HTTP {resp.status})")
+            visit.failures.append(FailedRequest(resp.url, f"HTTP {resp.status}"))
 
     def on_console(msg):
         if msg.type == "error":
@@ -123,6 +196,8 @@ def open_page(context, url: str) -> Visit:
             visit.console_errors.append(text)
 
     page.route("**/*", route)
+    page.on("framenavigated", on_navigated)
+    page.on("request", lambda req: made_in.setdefault(req, visit.document))
     page.on("requestfailed", on_failed)
     page.on("response", on_response)
     page.on("console", on_console)
@@ -131,7 +206,7 @@ def open_page(context, url: str) -> Visit:
     return visit
 
 
-def check_math(page, timeout_ms: int = 20000) -> list[str]:
+def check_math(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[str]:
     """Where the page has math, MathJax rendered all of it and no raw TeX is left in prose."""
     n_math = page.evaluate("() => document.querySelectorAll('.math').length")
     problems = []
@@ -160,7 +235,7 @@ def check_math(page, timeout_ms: int = 20000) -> list[str]:
     return problems
 
 
-def check_images(page, timeout_ms: int = 20000) -> list[str]:
+def check_images(page, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[str]:
     """Every <img> loaded (naturalWidth > 0): no broken-image icons."""
     page.evaluate("() => document.querySelectorAll('img').forEach(i => i.loading = 'eager')")
     try:

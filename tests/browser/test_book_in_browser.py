@@ -19,6 +19,7 @@ import yaml
 
 from .conftest import ROOT, SITE
 from .probe import (
+    DEFAULT_TIMEOUT_MS,
     check_figure_captions,
     check_images,
     check_math,
@@ -106,6 +107,7 @@ def broken_local_links(page: str) -> list[str]:
 @pytest.fixture
 def context(browser):
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
     yield ctx
     ctx.close()
 
@@ -121,7 +123,9 @@ def test_page(page_path, site, server, context, screenshots_dir):
     problems += check_widgets(page)
     problems += check_players(page)
     problems += [f"broken local link: {h}" for h in broken_local_links(page_path)]
-    page.wait_for_timeout(200)  # late console errors (fonts, deferred scripts)
+    # late console errors (fonts, deferred scripts): wait for the fonts to finish, then a moment
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    page.wait_for_timeout(200)
     problems = visit.load_problems() + problems
     if is_chapter(page_path):
         page.evaluate("() => window.scrollTo(0, 0)")
@@ -161,7 +165,9 @@ def test_prev_next_buttons_navigate(site, server, context):
     page = visit.page
     for target, selector in [(expected[1], "a.right-next"), (expected[2], "a.right-next"),
                              (expected[1], "a.left-prev")]:
-        with page.expect_navigation(wait_until="domcontentloaded"):
+        # the click leaves a page that may still be fetching (MathJax fonts): those aborts are
+        # the navigation's, not failures; any other failed request still is (see probe.Visit)
+        with visit.navigation(wait_until="domcontentloaded"):
             page.click(selector)
         assert page.url.removeprefix(server.base).split("#")[0] == target
     assert not visit.load_problems(), visit.load_problems()
@@ -179,7 +185,7 @@ def test_index_redirects_to_landing_page(site, server, context):
 def test_search_finds_softmax(site, server, context):
     visit = open_page(context, server.base + "search.html?q=softmax")
     page = visit.page
-    page.wait_for_selector("#search-results ul.search li", timeout=20000)
+    page.wait_for_selector("#search-results ul.search li")
     hits = page.eval_on_selector_all("#search-results ul.search li a",
                                      "els => els.map(e => e.getAttribute('href'))")
     assert hits, "search for 'softmax' returned no results"

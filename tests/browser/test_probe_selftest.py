@@ -5,6 +5,10 @@ Runs on small pages written into a temporary folder, independent of the chapters
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -13,7 +17,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.animation import FuncAnimation
 
-from .conftest import LocalServer
+from .conftest import LocalServer, _QuietHandler
 from .probe import (
     check_figure_captions,
     check_images,
@@ -115,3 +119,103 @@ def test_probe_catches_cut_off_math_uncaptioned_figure_unnumbered_heading(tmp_pa
         assert check_figure_captions(page) == [f"figure without a caption: {png[:80]}"]
         assert check_numbered_sections(page) == ["H2 not numbered: 'Unnumbered'"]
     ctx.close()
+
+
+class _HoldingHandler(_QuietHandler):
+    """Serves files, except ``/held*``: those requests are announced (``arrived``) and answered
+    only once the test sets ``release`` - so a request is surely in flight when the test acts."""
+
+    arrived: dict[str, threading.Event] = {}
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/held"):
+            self.arrived.setdefault(self.path, threading.Event()).set()
+            self.release.wait(timeout=600)
+            try:
+                super().do_GET()
+            except OSError:  # the browser has hung up (aborted): nothing to answer
+                pass
+            return
+        super().do_GET()
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            pass
+
+
+def _until(page, condition, what: str, limit_s: float = 120) -> None:
+    """Wait for ``condition()`` while letting Playwright dispatch events (no fixed sleep)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        page.wait_for_timeout(20)
+
+
+def _in_flight(visit, path: str, js: str) -> None:
+    """Start a request for ``path`` in the page with ``js`` and wait until the server holds it."""
+    visit.page.evaluate(js)
+    _until(visit.page, lambda: path in _HoldingHandler.arrived, f"{path} to reach the server")
+
+
+@pytest.mark.browser
+def test_probe_excuses_only_aborts_of_pages_the_test_left(tmp_path, browser):
+    """Leaving a page (click, goto) aborts its pending requests: not failures. A 404, a refused
+    connection, and an abort in the page the test is still on are failures, and stay failures
+    after the test navigates away."""
+    # an inline icon: no /favicon.ico request racing the navigations
+    for name, link in [("a.html", '<a id="next" href="b.html">next</a>'),
+                       ("b.html", '<a id="prev" href="a.html">prev</a>')]:
+        (tmp_path / name).write_text('<!doctype html><html><head><link rel="icon" href="data:,">'
+                                     f"</head><body>{link}</body></html>", encoding="utf-8")
+    # a port that refuses connections: bound (so nobody else takes it) but not listening
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    refused = f"http://127.0.0.1:{closed.getsockname()[1]}/font.woff"
+    _HoldingHandler.arrived.clear()
+    _HoldingHandler.release.clear()
+    ctx = browser.new_context()
+    try:
+        with LocalServer(tmp_path, _HoldingHandler) as srv:
+            visit = open_page(ctx, srv.base + "a.html")
+            add_img = "src => { const i = new Image(); i.src = src; document.body.append(i); }"
+
+            # 1. a request pending when the test clicks "next": aborted by the navigation
+            _in_flight(visit, "/held-1.png", f"() => ({add_img})('held-1.png')")
+            with visit.navigation():
+                visit.page.click("#next")
+            _until(visit.page, lambda: visit.failures, "the abort to be reported")
+            assert [f.error for f in visit.failures] == ["net::ERR_ABORTED"]
+            assert visit.failed_requests == [] and visit.load_problems() == []
+            assert visit.excused_aborts == [f"{srv.base}held-1.png (net::ERR_ABORTED)"]
+
+            # 2. real failures on the page the test is on: a 404, a refused connection, and a
+            # request the page itself aborts (same error text as 1, but no navigation by the test)
+            visit.page.evaluate(f"() => ({add_img})('missing.png')")
+            visit.page.evaluate(f"() => ({add_img})({refused!r})")
+            _in_flight(visit, "/held-2.txt",
+                       "() => { window.ac = new AbortController(); "
+                       "fetch('held-2.txt', {signal: ac.signal}).catch(() => {}); }")
+            visit.page.evaluate("() => ac.abort()")
+            _until(visit.page, lambda: len(visit.failures) == 4, "three more failures")
+            expected = {f"{srv.base}missing.png (HTTP 404)",
+                        f"{refused} (net::ERR_CONNECTION_REFUSED)",
+                        f"{srv.base}held-2.txt (net::ERR_ABORTED)"}
+            assert set(visit.failed_requests) == expected
+
+            # 3. the test leaves that page with goto while another request is pending: that abort
+            # is excused, the three real failures of the page it left are still reported
+            _in_flight(visit, "/held-3.png", f"() => ({add_img})('held-3.png')")
+            visit.goto(srv.base + "a.html")
+            _until(visit.page, lambda: len(visit.failures) == 5, "the second abort")
+            assert set(visit.failed_requests) == expected
+            assert {f"failed local request: {m}" for m in expected} <= set(visit.load_problems())
+            assert sorted(visit.excused_aborts) == [f"{srv.base}held-1.png (net::ERR_ABORTED)",
+                                                    f"{srv.base}held-3.png (net::ERR_ABORTED)"]
+            _HoldingHandler.release.set()
+    finally:
+        _HoldingHandler.release.set()
+        closed.close()
+        ctx.close()
