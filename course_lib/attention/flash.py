@@ -289,13 +289,16 @@ class FlashAttentionFunction(torch.autograd.Function):
                                  else attn_mask.to(plan.work), plan)
         out, lse = _forward_tiles(plan, q, kT, v, mask)
         ctx.plan = plan
-        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
-        return out.view(*plan.batch, plan.L, plan.Ev).to(plan.dtype)
+        out = out.view(*plan.batch, plan.L, plan.Ev)          # (..., L, Ev)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse.view(*plan.batch, plan.L))
+        return out.to(plan.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
         plan: _Plan = ctx.plan
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
+        out = out.reshape(plan.N, plan.groups, plan.L, plan.Ev)
+        lse = lse.reshape(plan.N, plan.groups, plan.L, 1)
         q, kT, v = _operands(plan, query, key, value)
         mask = dmask_full = dmask = None
         if attn_mask is not None:
