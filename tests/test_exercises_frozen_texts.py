@@ -36,9 +36,12 @@ PASS_MESSAGES = {
                    "n=4096, d_model=768.",
     "online_softmax_stats": "All 6 cases passed: rising maxima; max in the first block; "
                             "one block; float64, many blocks; large magnitudes; -inf entries.",
-    "flash_attention": "All 6 cases passed: N not a multiple of the block; batched heads; "
-                       "float64, block 7; large scores; block larger than N; "
-                       "N=256, default block.",
+    "flash_attention": "All 6 cases passed: L not a multiple of the block; batched heads; "
+                       "float64, block 7; large scores; block larger than L; "
+                       "L=256, default block.",
+    "flash_backward": "All 6 cases passed: L != S, block 4; causal, batched heads; "
+                      "float64, block 7; float64, causal, block 5; large scores; "
+                      "L=256, causal, default block.",
     "decode_step": "All 4 cases passed: one new token; a chunk of 3; float64, long cache; "
                    "empty cache.",
     "repeat_kv": "All 4 cases passed: 2 kv heads, 4 query heads each; float64, batched; "

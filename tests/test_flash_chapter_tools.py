@@ -73,33 +73,21 @@ def test_shape_recorder_sees_naive_square_but_not_flash():
     assert not flash_tools.has_square_tensor([("x", (2, 5, 9))], 7, 5)
 
 
-def test_recomputed_backward_equals_autograd():
-    g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(2, 3, 21, 5, generator=g, dtype=torch.float64) for _ in range(3))
-    out, lse = flash_tools.flash_forward_lse(q, k, v, block_k=4)
-    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    ref = reference.scaled_dot_product_attention(*leaves)
-    torch.testing.assert_close(out, ref.detach())
-    torch.testing.assert_close(lse, torch.logsumexp((q @ k.transpose(-2, -1)) / math.sqrt(5), -1))
-    grad_out = torch.randn(ref.shape, generator=g, dtype=torch.float64)
-    ref.backward(grad_out)
-    grads = flash_tools.flash_backward(q, k, v, out, lse, grad_out, block_k=4)
-    for mine, leaf in zip(grads, leaves, strict=True):
-        torch.testing.assert_close(mine, leaf.grad)
-
-
 def test_explorer_frames_show_trace_and_final_output():
     ex = flash_widgets.tile_explorer()
-    assert len(ex.player_frames()) == 9  # 3×3 tiles, within the book's frame budget
+    labels = [f["tile"] for f in ex.player_frames()]
+    assert len(labels) == 15  # 3×3 full tiles, then the 6 causal tiles that exist
+    assert labels[8] == "full 9/9" and labels[9] == "causal 1/6" and labels[-1] == "causal 6/6"
+    assert len(flash_widgets.trace(True)) == 6
     q, k, v = flash_widgets.example_qkv()
-    for causal in (False, True):
-        fig = ex.render(step=99, causal=causal)  # clamped to the last tile
+    for causal, last in ((False, "full 9/9"), (True, "causal 6/6")):
+        fig = ex.render(tile=last)                 # the last frame: the whole output
         o_ax = fig.axes[3]
         shown = np.asarray(o_ax.images[0].get_array())
         expected = reference.scaled_dot_product_attention(q, k, v, is_causal=causal).numpy()
         np.testing.assert_allclose(shown, expected, rtol=1e-10)
         plt.close(fig)
-    fig = ex.render(step=1)
+    fig = ex.render(tile="full 1/9")
     shown_scores = np.ma.filled(fig.axes[0].images[0].get_array(), np.nan)
     assert np.isfinite(shown_scores).sum() == 16  # only the first 4×4 tile has been seen
     m_texts = [t.get_text() for t in fig.axes[1].texts]
@@ -150,3 +138,22 @@ def test_round_times_reads_committed_run():
     row = next(r for r in data["results"]
                if r["impl"] == "flash" and r["n"] == 256 and not r["causal"])
     assert abs(sorted(times)[len(times) // 2] - row["median_s"] * 1e3) < 1e-3  # µs rounding
+
+
+def test_gpu_regime_model_l2_versus_main_memory():
+    """Re-reads served by L2 leave Q, K, V, O once in main memory (intensity ~ n/2 in bf16);
+    charged to main memory they cap the intensity at B_q (bf16). Working set and tile sizes."""
+    n, d = 16384, 64
+    assert flash_tools.flash_bytes_l2(n, d, 2) == 2 * 4 * n * d
+    assert flash_tools.arithmetic_intensity(n, d, "flash_l2", 128, 2) == n / 2
+    assert abs(flash_tools.arithmetic_intensity(n, d, "flash", 128, 2) - 128) < 1
+    # 16384 / 128 = 128 query blocks per head: 132 programs span 2 heads of K and V
+    assert flash_tools.kv_working_set(n, d, 128) == 2 * 2 * n * d * 2
+    assert flash_tools.kv_working_set(256, d, 128) == 66 * 2 * 256 * d * 2
+    assert flash_tools.tile_smem_bytes(128, 64, 128) == 2 * (128 + 128) * 128
+    table = flash_tools.gpu_regime_table([16384, 1 << 20], [128], [(128, 128)])
+    lines = table.splitlines()
+    assert len(lines) == 4 and "| L2 |" in lines[2] and "HBM (pessimistic)" in lines[3]
+    assert lines[2].endswith("| above |") and lines[3].endswith("| below |")
+    with pytest.raises(ValueError, match="flash_l2"):
+        flash_tools.arithmetic_intensity(8, 8, "tiled")

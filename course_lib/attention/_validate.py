@@ -152,13 +152,23 @@ def _check_mask(attn_mask, query: torch.Tensor, key: torch.Tensor, is_causal: bo
         )
 
 
-def expand_gqa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Repeat each key/value head ``Hq // Hkv`` times along dim -3 (grouped-query attention)."""
-    groups = query.shape[-3] // key.shape[-3]
+def query_groups(query: torch.Tensor, key: torch.Tensor, enable_gqa: bool) -> int:
+    """``G = Hq // Hkv`` query heads per key/value head (1 without ``enable_gqa``)."""
+    return query.shape[-3] // key.shape[-3] if enable_gqa else 1
+
+
+def fold_groups(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``(..., Hkv·G, R, F)`` → ``(..., Hkv, G·R, F)``: the G query heads of one key/value head
+    become one stack of rows, so ``x @ Kᵀ`` shares that head's K without copying it (a view when
+    ``x`` is contiguous; grouped-query attention without ``repeat_interleave``)."""
+    return x if groups == 1 else x.unflatten(-3, (-1, groups)).flatten(-3, -2)
+
+
+def unfold_groups(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Inverse of :func:`fold_groups`: ``(..., Hkv, G·R, F)`` → ``(..., Hkv·G, R, F)``."""
     if groups == 1:
-        return key, value
-    return key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+        return x
+    return x.unflatten(-2, (groups, x.shape[-2] // groups)).flatten(-4, -3)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

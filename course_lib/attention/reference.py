@@ -18,20 +18,31 @@ import math
 
 import torch
 
-from ._validate import causal_alignment, check_sdpa_args, compute_dtype, expand_gqa
+from ._validate import (
+    causal_alignment,
+    check_sdpa_args,
+    compute_dtype,
+    fold_groups,
+    query_groups,
+    unfold_groups,
+)
 from .masks import causal_mask
 from .softmax import safe_softmax
 
 
-def _probabilities(query, key, attn_mask, align, scale) -> torch.Tensor:
-    """softmax(QKᵀ·s + M) in the compute dtype (float32 for half inputs): never rounded here."""
+def _probabilities(query, key, attn_mask, align, scale, groups: int = 1) -> torch.Tensor:
+    """softmax(QKᵀ·s + M) in the compute dtype (float32 for half inputs): never rounded here.
+
+    ``groups`` query heads share each key head (GQA): their rows are stacked over that one head
+    (:func:`fold_groups`), never a copy of K per query head."""
     q, k = query.to(compute_dtype(query.dtype)), key.to(compute_dtype(query.dtype))
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(E) if E > 0 else 1.0  # E = 0: QKᵀ is an empty sum, all zeros,
     elif E == 0:                                        # which torch keeps at 0 for any scale:
         scale = 1.0                                     # uniform weights, not 0·inf = NaN
-    scores = (q @ k.transpose(-2, -1)) * scale                    # (..., L, S)
+    scores = unfold_groups(fold_groups(q, groups) @ k.transpose(-2, -1), groups) * scale
+    # scores: (..., L, S); GQA: each key head serves its G query heads' stacked rows
     if align is not None:
         attn_mask = causal_mask(L, S, device=q.device, align=align)
     if attn_mask is not None:
@@ -58,10 +69,9 @@ def attention_weights(
     """
     value = key[..., :1]  # weights do not depend on V; a stand-in with the right S
     check_sdpa_args(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa)
-    if enable_gqa:
-        key, _ = expand_gqa(query, key, value)
     attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
-    return _probabilities(query, key, attn_mask, align, scale).to(query.dtype)
+    groups = query_groups(query, key, enable_gqa)
+    return _probabilities(query, key, attn_mask, align, scale, groups).to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -82,10 +92,10 @@ def scaled_dot_product_attention(
     (torch 2.13's default CPU kernel silently applies both; combine the masks yourself).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
-    if enable_gqa:
-        key, value = expand_gqa(query, key, value)
     attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
-    weights = _probabilities(query, key, attn_mask, align, scale)  # float32 for half inputs
+    groups = query_groups(query, key, enable_gqa)  # GQA: G query heads per key/value head
+    weights = _probabilities(query, key, attn_mask, align, scale, groups)  # float32 for halves
     if dropout_p > 0.0:
         weights = torch.nn.functional.dropout(weights, p=dropout_p)  # kept weights scaled 1/(1-p)
-    return (weights @ value.to(weights.dtype)).to(query.dtype)     # rounded once, at the end
+    out = fold_groups(weights, groups) @ value.to(weights.dtype)     # V shared, not copied
+    return unfold_groups(out, groups).to(query.dtype)                # rounded once, at the end

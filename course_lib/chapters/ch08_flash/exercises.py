@@ -1,4 +1,5 @@
-"""Chapter 8 (Flash): ``online_softmax_stats`` and a blockwise ``flash_attention``."""
+"""Chapter 8 (Flash): ``online_softmax_stats``, a blockwise ``flash_attention`` and its
+``flash_backward`` by recomputation."""
 
 from __future__ import annotations
 
@@ -149,15 +150,15 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
 
     f64 = torch.float64
     return [
-        Case("N not a multiple of the block", (r(1, 1, 10, 4), r(1, 1, 10, 4), r(1, 1, 10, 4),
+        Case("L not a multiple of the block", (r(1, 1, 10, 4), r(1, 1, 10, 4), r(1, 1, 10, 4),
                                                4)),
         Case("batched heads", (r(2, 3, 37, 8), r(2, 3, 37, 8), r(2, 3, 37, 8), 16)),
         Case("float64, block 7", (r(1, 2, 20, 6, dtype=f64), r(1, 2, 20, 6, dtype=f64),
                                   r(1, 2, 20, 6, dtype=f64), 7)),
         Case("large scores", (r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8), 8),
              note="scores in the hundreds: the running maximum matters"),
-        Case("block larger than N", (r(1, 1, 5, 3), r(1, 1, 5, 3), r(1, 1, 5, 3), 64)),
-        Case("N=256, default block", (r(2, 2, 256, 16), r(2, 2, 256, 16), r(2, 2, 256, 16)),
+        Case("block larger than L", (r(1, 1, 5, 3), r(1, 1, 5, 3), r(1, 1, 5, 3), 64)),
+        Case("L=256, default block", (r(2, 2, 256, 16), r(2, 2, 256, 16), r(2, 2, 256, 16)),
              note="no tensor may have two dims of size >= 256", max_square=256),
     ]
 
@@ -168,7 +169,7 @@ def _flash_oracle(q, k, v, block_size=64):
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     block_size: int = 64) -> torch.Tensor:
-    """Attention (B, H, N, D) -> (B, H, N, D) over key blocks; never builds the N×N scores."""
+    """Attention (B, H, L, E) -> (B, H, L, E) over key blocks; never builds the L×S scores."""
     s = 1.0 / math.sqrt(q.shape[-1])
     rows = q.shape[:-1] + (1,)
     m = torch.full(rows, float("-inf"), dtype=q.dtype)   # running max
@@ -177,7 +178,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     for j0 in range(0, k.shape[-2], block_size):
         k_j = k[..., j0:j0 + block_size, :]
         v_j = v[..., j0:j0 + block_size, :]
-        S_j = (q @ k_j.transpose(-2, -1)) * s            # (B, H, N, b)
+        S_j = (q @ k_j.transpose(-2, -1)) * s            # (B, H, L, b)
         m_new = torch.maximum(m, S_j.amax(dim=-1, keepdim=True))
         P_j = torch.exp(S_j - m_new)
         alpha = torch.exp(m - m_new)                     # re-base old terms
@@ -213,7 +214,7 @@ FLASH_ATTENTION = Exercise(
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="08_flash",
     title="Flash attention, block by block",
-    signature="flash_attention(q, k, v (B, H, N, D), block_size=64) -> (B, H, N, D)",
+    signature="flash_attention(q, k, v (B, H, L, E), block_size=64) -> (B, H, L, E)",
     params=("q", "k", "v", "block_size"),
     cases=_flash_cases,
     oracle=_flash_oracle,
@@ -225,8 +226,8 @@ FLASH_ATTENTION = Exercise(
         "O = Σ P·v.",
         "When a block raises the max from m to m_new, multiply both ℓ and O by "
         "α = exp(m - m_new) before adding the block's terms. Divide O by ℓ at the very end. "
-        "Scale the scores by 1/√D.",
-        "for each key block j: S_j = q @ k_jᵀ / √D; m_new = max(m, S_j.amax(-1)); "
+        "Scale the scores by 1/√E.",
+        "for each key block j: S_j = q @ k_jᵀ / √E; m_new = max(m, S_j.amax(-1)); "
         "P_j = exp(S_j - m_new); alpha = exp(m - m_new); ell = alpha*ell + P_j.sum(-1); "
         "O = alpha*O + P_j @ v_j; m = m_new. Return O / ell.",
     ),
@@ -240,11 +241,148 @@ FLASH_ATTENTION = Exercise(
         Mistake("missing_final_division", "You forgot the final division: return O / ℓ "
                 "(the weights only sum to 1 after it).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, divide=False)),
-        Mistake("no_scaling", "You forgot to scale the scores by 1/√D (D = q.shape[-1]).",
+        Mistake("no_scaling", "You forgot to scale the scores by 1/√E (E = q.shape[-1]).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, scaled=False)),
         Mistake("no_running_max", "You exponentiated the raw scores without subtracting a "
                 "running maximum, so large scores overflow (exp(100) in float32 is inf). Keep a "
                 "per-query running max m and use exp(s - m_new).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, shift=False)),
+    ),
+)
+
+# --------------------------------------------------------------------------- flash backward
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def _forward_stats(q, k, v, is_causal):
+    """``(out, lse)`` of softmax(q kᵀ/√E) v in float64 (lse = ln Σ e^S, natural log)."""
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    S = (q64 @ k64.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if is_causal:
+        L, Sk = S.shape[-2:]
+        S = S.masked_fill(torch.ones(L, Sk, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(S, -1) @ v64).to(q.dtype), torch.logsumexp(S, -1).to(q.dtype)
+
+
+def _backward_cases(gen: torch.Generator) -> list[Case]:
+    def case(name, B, H, L, S, E, is_causal, block=64, dtype=torch.float32, s=1.0, **kw):
+        q, k = (s * torch.randn(B, H, n, E, generator=gen, dtype=dtype) for n in (L, S))
+        v = torch.randn(B, H, S, E, generator=gen, dtype=dtype)
+        out, lse = _forward_stats(q, k, v, is_causal)
+        grad_out = torch.randn(B, H, L, E, generator=gen, dtype=dtype)
+        return Case(name, (q, k, v, out, lse, grad_out, is_causal, block), **kw)
+
+    f64 = torch.float64
+    return [
+        case("L != S, block 4", 1, 1, 10, 13, 4, False, 4),
+        case("causal, batched heads", 2, 3, 37, 37, 8, True, 16),
+        case("float64, block 7", 1, 2, 20, 23, 6, False, 7, f64),
+        case("float64, causal, block 5", 1, 2, 19, 19, 6, True, 5, f64),
+        case("large scores", 1, 2, 24, 24, 8, False, 8, s=3.0,
+             note="scores around ±30: the saved lse, not a fresh maximum, keeps exp finite"),
+        case("L=256, causal, default block", 1, 2, 256, 256, 16, True,
+             note="no tensor may have two dims of size >= 256", max_square=256),
+    ]
+
+
+def _backward_oracle(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    o = reference.scaled_dot_product_attention(*leaves, is_causal=is_causal)
+    grads = torch.autograd.grad(o, leaves, grad_out.double())
+    return tuple(g.to(q.dtype) for g in grads)
+
+
+def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, grad_out: torch.Tensor, is_causal: bool = False,
+                   block_size: int = 64) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of attention, key block by key block, recomputing P_j = e^{S_j − lse}."""
+    s = 1.0 / math.sqrt(q.shape[-1])
+    D = (grad_out * out).sum(dim=-1, keepdim=True)       # D = rowsum(dO ∘ O), (B, H, L, 1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    rows = torch.arange(q.shape[-2])[:, None]
+    for j0 in range(0, k.shape[-2], block_size):
+        k_j, v_j = k[..., j0:j0 + block_size, :], v[..., j0:j0 + block_size, :]
+        S_j = (q @ k_j.transpose(-2, -1)) * s                # (B, H, L, b)
+        if is_causal:
+            cols = torch.arange(j0, j0 + k_j.shape[-2])
+            S_j = S_j.masked_fill(cols > rows, float("-inf"))  # key j sees queries i >= j
+        P_j = torch.exp(S_j - lse[..., None])                # recomputed, normalised
+        dv[..., j0:j0 + block_size, :] = P_j.transpose(-2, -1) @ grad_out
+        dS_j = P_j * (grad_out @ v_j.transpose(-2, -1) - D)  # P ∘ (dP − D)
+        dq += s * dS_j @ k_j
+        dk[..., j0:j0 + block_size, :] = s * dS_j.transpose(-2, -1) @ q
+    return dq, dk, dv
+
+
+def _backward(q, k, v, out, lse, grad_out, is_causal=False, block_size=64, *, d_term=True,
+              ds_scale=True, log2_lse=False, causal_shift=0, dk_unscaled=False):
+    """The solution with one known mistake switched on (see FLASH_BACKWARD's mistakes)."""
+    s = 1.0 / math.sqrt(q.shape[-1])
+    D = (grad_out * out).sum(dim=-1, keepdim=True) if d_term else 0.0
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    rows = torch.arange(q.shape[-2])[:, None]
+
+    def probs(scores, cols):
+        if is_causal:
+            scores = scores.masked_fill(cols > rows + causal_shift, float("-inf"))
+        if log2_lse:                                   # exp2 with base-2 scores, ln-based lse
+            return torch.exp2(scores * LOG2E - lse[..., None])
+        return torch.exp(scores - lse[..., None])
+
+    for j0 in range(0, k.shape[-2], block_size):
+        k_j, v_j = k[..., j0:j0 + block_size, :], v[..., j0:j0 + block_size, :]
+        cols = torch.arange(j0, j0 + k_j.shape[-2])
+        P_j = probs((q @ k_j.transpose(-2, -1)) * s, cols)
+        dP_j = grad_out @ v_j.transpose(-2, -1)
+        dv[..., j0:j0 + block_size, :] = P_j.transpose(-2, -1) @ grad_out
+        dS_j = P_j * (dP_j - D)
+        c = s if ds_scale else 1.0
+        dq += c * dS_j @ k_j
+        if dk_unscaled:                                # P for dK from q kᵀ without the 1/√E
+            dS_j = probs(q @ k_j.transpose(-2, -1), cols) * (dP_j - D)
+        dk[..., j0:j0 + block_size, :] = c * dS_j.transpose(-2, -1) @ q
+    return dq, dk, dv
+
+
+FLASH_BACKWARD = Exercise(
+    id="flash_backward",
+    tolerances={torch.float32: (1e-4, 1e-3)},
+    chapter="08_flash",
+    title="Flash backward, block by block",
+    signature="flash_backward(q, k, v, out (B, H, L|S, E), lse (B, H, L), grad_out (B, H, L, E), "
+              "is_causal=False, block_size=64) -> (dq, dk, dv)",
+    params=("q", "k", "v", "out", "lse", "grad_out", "is_causal", "block_size"),
+    output_names=("dq", "dk", "dv"),
+    cases=_backward_cases,
+    oracle=_backward_oracle,
+    solution=flash_backward,
+    forbidden=("sdpa",),
+    hints=(
+        "Loop over key blocks k_j, v_j. Recompute the block's scores S_j = q @ k_jᵀ / √E "
+        "(masked when causal) and from them the weights P_j = exp(S_j − lse): lse already "
+        "holds the row's maximum and sum, so P_j comes out normalised.",
+        "With D = rowsum(grad_out ∘ out) once per row: dv_j = P_jᵀ grad_out, "
+        "dP_j = grad_out v_jᵀ, dS_j = P_j ∘ (dP_j − D). The scores were scaled by 1/√E, so "
+        "dq and dk carry that factor.",
+        "dq += dS_j @ k_j / √E; dk_j = dS_jᵀ @ q / √E; dv_j = P_jᵀ @ grad_out. Causal: key j is "
+        "visible to query i only if j ≤ i.",
+    ),
+    mistakes=(
+        Mistake("forgot_D", "You used dS = P ∘ dP and forgot the D term: the softmax's Jacobian "
+                "gives dS = P ∘ (dP − D) with D = rowsum(grad_out ∘ out), one number per query "
+                "row.", lambda *a: _backward(*a, d_term=False)),
+        Mistake("dS_scale", "dq and dk are missing the factor 1/√E: the scores are "
+                "S = q kᵀ/√E, so dq = dS k /√E and dk = dSᵀ q /√E.",
+                lambda *a: _backward(*a, ds_scale=False)),
+        Mistake("lse_base", "Your weights mix logarithm bases: lse is a natural logarithm "
+                "(ln Σ e^S), so P = exp(S − lse). exp2(S·log2 e − lse) needs lse in base 2, "
+                "lse·log2 e.", lambda *a: _backward(*a, log2_lse=True)),
+        Mistake("causal_off_by_one", "Your causal mask in the backward lets query i see key "
+                "i + 1: key j is visible only if j ≤ i (the diagonal included, nothing after it).",
+                lambda *a: _backward(*a, causal_shift=1)),
+        Mistake("dk_unscaled_scores", "dk comes from weights recomputed without the 1/√E: "
+                "recompute P from S = q kᵀ/√E for dk exactly as for dq and dv.",
+                lambda *a: _backward(*a, dk_unscaled=True)),
     ),
 )

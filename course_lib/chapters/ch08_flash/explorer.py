@@ -103,14 +103,30 @@ def draw_tiles(fig: plt.Figure, step: int = 1, causal: bool = False) -> None:
     fig.tight_layout()
 
 
+def frame_labels() -> list[str]:
+    """One label per frame that exists: ``"full 1/9"`` … ``"full 9/9"``, then ``"causal 1/6"`` …
+    ``"causal 6/6"`` (causal attention skips the tiles above the diagonal, so it has fewer)."""
+    labels = []
+    for mode, causal in (("full", False), ("causal", True)):
+        n = len(trace(causal))
+        labels += [f"{mode} {t}/{n}" for t in range(1, n + 1)]
+    return labels
+
+
+def draw_frame(fig: plt.Figure, tile: str = "full 1/9") -> None:
+    """Draw the frame a :func:`frame_labels` label names."""
+    mode, count = tile.split()
+    draw_tiles(fig, step=int(count.split("/")[0]), causal=mode == "causal")
+
+
 def tile_explorer() -> Explorer:
-    """Step through the tiles (slider) with or without the causal mask (toggle)."""
-    steps = len(trace(False))
+    """Step through the tiles: one slider over every frame that exists, full attention's 9 tiles
+    then causal attention's 6, so the slider never offers a tile that is not computed."""
+    labels = frame_labels()
     return Explorer(
-        draw=draw_tiles,
-        controls={"step": Control("tile", list(range(1, steps + 1)), default=1),
-                  "causal": Control("causal", [False, True], default=False, kind="toggle")},
-        animate="step",
+        draw=draw_frame,
+        controls={"tile": Control("tile", labels, default=labels[0])},
+        animate="tile",
         figsize=(9.0, 3.4),
         interval_ms=900,
     )

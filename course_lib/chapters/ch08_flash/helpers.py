@@ -1,5 +1,4 @@
-r"""Teaching tools for the Flash chapter: byte counts, a traced tile loop, shape recording,
-and the backward pass by recomputation.
+r"""Teaching tools for the Flash chapter: byte counts, a traced tile loop, shape recording.
 
 Symbols are those of :mod:`course_lib.flash`: per query row a running maximum ``m``, a running
 sum ``ℓ`` of ``e^{S - m}`` and a rescaled accumulator ``O``; after the last key tile the output
@@ -20,6 +19,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 #: dense BF16 tensor-core throughput and HBM3 bandwidth).
 H100_BF16_FLOPS = 989.4e12
 H100_HBM_BYTES_PER_S = 3.35e12
+#: NVIDIA H100 SXM5 spec sheet / architecture whitepaper: 50 MB of L2 cache shared by the whole
+#: chip, 132 SMs, up to 228 KB of shared memory (on-chip SRAM) per SM.
+H100_L2_BYTES = 50 * 10**6
+H100_SMS = 132
+H100_SMEM_PER_SM = 228 * 1024
 
 # ----------------------------------------------------------------------------- byte counting
 
@@ -39,15 +43,60 @@ def flash_bytes(n: int, d: int, block_q: int, bytes_per_element: int = 4) -> int
     return bytes_per_element * (2 * n * d + 2 * n * d * math.ceil(n / block_q))
 
 
+def flash_bytes_l2(n: int, d: int, bytes_per_element: int = 4) -> int:
+    """Main-memory bytes of one head of the tiled path when the re-reads of K and V are served
+    by the L2 cache: Q, K, V read and O written once each (``4nd``)."""
+    return bytes_per_element * 4 * n * d
+
+
 def arithmetic_intensity(n: int, d: int, path: str = "naive", block_q: int = 128,
                          bytes_per_element: int = 4) -> float:
-    """FLOPs per byte moved, ``4n²d / bytes``, for ``path`` in ``{"naive", "flash"}``."""
+    """FLOPs per main-memory byte, ``4n²d / bytes``, for ``path`` in ``{"naive", "flash",
+    "flash_l2"}`` (``flash``: every K/V re-read from main memory; ``flash_l2``: from L2)."""
     flops = 4 * n * n * d
     if path == "naive":
         return flops / naive_bytes(n, d, bytes_per_element)
     if path == "flash":
         return flops / flash_bytes(n, d, block_q, bytes_per_element)
-    raise ValueError(f"path must be 'naive' or 'flash', got {path!r}")
+    if path == "flash_l2":
+        return flops / flash_bytes_l2(n, d, bytes_per_element)
+    raise ValueError(f"path must be 'naive', 'flash' or 'flash_l2', got {path!r}")
+
+
+def kv_working_set(n: int, d: int, block_q: int, bytes_per_element: int = 2,
+                   sms: int = H100_SMS) -> int:
+    """Bytes of K and V that the programs in flight re-read: one program per SM, each a
+    (query block, head) pair, ordered head by head, so they span ``⌈sms / ⌈n/B_q⌉⌉`` heads,
+    each with ``2·n·d`` elements of K and V. Pessimistic: it assumes the programs are anywhere in
+    their sweep over K/V; programs that run in step share far less."""
+    heads = math.ceil(sms / math.ceil(n / block_q))
+    return heads * 2 * n * d * bytes_per_element
+
+
+def tile_smem_bytes(block_q: int, block_k: int, d: int, bytes_per_element: int = 2) -> int:
+    """Shared-memory bytes of one program's tiles ``Q_i`` (``B_q × d``), ``K_j`` and ``V_j``
+    (``B_k × d`` each); the scores tile and the accumulator live in registers."""
+    return bytes_per_element * (block_q + 2 * block_k) * d
+
+
+def gpu_regime_table(ns: list[int], ds: list[int], blocks: list[tuple[int, int]]) -> str:
+    """Markdown: for bf16 tiles on an H100 (spec-sheet sizes), whether the tiles fit in one SM's
+    shared memory, whether the K/V working set fits in L2, and the resulting main-memory
+    intensity against the H100's ridge."""
+    ridge = H100_BF16_FLOPS / H100_HBM_BYTES_PER_S
+    out = ["| E | B_q × B_k | tiles in shared memory | n | K/V working set | served by | "
+           "FLOP/HBM byte | vs ridge |", "|---:|---:|---:|---:|---:|---|---:|---|"]
+    for d in ds:
+        for bq, bk in blocks:
+            smem = tile_smem_bytes(bq, bk, d)
+            for n in ns:
+                ws = kv_working_set(n, d, bq)
+                l2 = ws <= H100_L2_BYTES
+                inten = arithmetic_intensity(n, d, "flash_l2" if l2 else "flash", bq, 2)
+                out.append(f"| {d} | {bq} × {bk} | {smem / 1024:.0f} KB of 228 KB | {n:,} | "
+                           f"{ws / 1e6:.1f} MB | {'L2' if l2 else 'HBM (pessimistic)'} | "
+                           f"{inten:,.0f} | {'above' if inten > ridge else 'below'} |")
+    return "\n".join(out)
 
 
 def memory_bandwidth(nbytes: int = 2**28, rounds: int = 5) -> float:
@@ -166,51 +215,6 @@ def has_square_tensor(shapes: list[tuple[str, tuple[int, ...]]], L: int, S: int)
             if S in dims:
                 return True
     return False
-
-
-# ----------------------------------------------------------------------------- backward
-
-
-def flash_forward_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_k: int = 64
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tiled forward over key blocks returning ``(out (..., L, Ev), lse (..., L))`` where
-    ``lse = m + log ℓ`` is all the backward pass keeps about the softmax."""
-    s = 1.0 / math.sqrt(q.shape[-1])
-    m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
-    ell = torch.zeros(q.shape[:-1], dtype=q.dtype)
-    O = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
-    for j0 in range(0, k.shape[-2], block_k):
-        S_j = (q @ k[..., j0:j0 + block_k, :].transpose(-2, -1)) * s
-        m_new = torch.maximum(m, S_j.amax(dim=-1))
-        P_j = torch.exp(S_j - m_new[..., None])
-        alpha = torch.exp(m - m_new)
-        ell = alpha * ell + P_j.sum(dim=-1)
-        O = alpha[..., None] * O + P_j @ v[..., j0:j0 + block_k, :]
-        m = m_new
-    return O / ell[..., None], m + torch.log(ell)
-
-
-def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, grad_out: torch.Tensor, block_k: int = 64
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dQ, dK, dV)`` by recomputing each key block's ``P_j = e^{s·Q K_jᵀ − lse}``.
-
-    With ``D = rowsum(dO ∘ O)``: ``dV_j = P_jᵀ dO``, ``dP_j = dO V_jᵀ``,
-    ``dS_j = P_j ∘ (dP_j − D)``, ``dQ += s·dS_j K_j``, ``dK_j = s·dS_jᵀ Q``.
-    Only ``(L, B_k)`` tiles exist; nothing of size ``(L, S)`` is stored or rebuilt at once.
-    """
-    s = 1.0 / math.sqrt(q.shape[-1])
-    D = (grad_out * out).sum(dim=-1, keepdim=True)            # (..., L, 1)
-    dq = torch.zeros_like(q)
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    for j0 in range(0, k.shape[-2], block_k):
-        k_j, v_j = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
-        P_j = torch.exp((q @ k_j.transpose(-2, -1)) * s - lse[..., None])   # recomputed
-        dv[..., j0:j0 + block_k, :] = P_j.transpose(-2, -1) @ grad_out
-        dS_j = P_j * (grad_out @ v_j.transpose(-2, -1) - D)
-        dq += s * dS_j @ k_j
-        dk[..., j0:j0 + block_k, :] = s * dS_j.transpose(-2, -1) @ q
-    return dq, dk, dv
 
 
 # ----------------------------------------------------------------------------- chapter tables

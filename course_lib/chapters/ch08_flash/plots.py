@@ -11,9 +11,11 @@ from matplotlib.patches import Patch, Rectangle
 from .helpers import arithmetic_intensity
 
 #: one colour per implementation, reused by every figure of chapters 7–7
-IMPL_COLORS = {"reference": "#c0392b", "flash": "#2471a3", "sdpa": "#229954", "torch": "#7d3c98"}
+IMPL_COLORS = {"reference": "#c0392b", "flash": "#2471a3", "sdpa": "#229954", "torch": "#7d3c98",
+               "flash_tile_autograd": "#d68910"}
 IMPL_LABELS = {"reference": "naive (reference)", "flash": "course_lib.flash",
-               "sdpa": "course_lib.sdpa", "torch": "torch SDPA (direct)"}
+               "sdpa": "course_lib.sdpa", "torch": "torch SDPA (direct)",
+               "flash_tile_autograd": "flash tiles, autograd backward"}
 MiB = 2**20
 
 
@@ -28,7 +30,11 @@ def intensity_plot(ax: plt.Axes, ns: Sequence[int], d: int, block_q: int,
     ax.plot(ns, [arithmetic_intensity(n, d, "naive") for n in ns], "o-",
             color=IMPL_COLORS["reference"], label="naive: S and P go through memory")
     ax.plot(ns, [arithmetic_intensity(n, d, "flash", block_q) for n in ns], "s-",
-            color=IMPL_COLORS["flash"], label=f"tiled: only Q, K, V, O ($B_q$={block_q})")
+            color=IMPL_COLORS["flash"],
+            label=f"tiled, K/V re-read from main memory ($B_q$={block_q})")
+    ax.plot(ns, [arithmetic_intensity(n, d, "flash_l2") for n in ns], "^--",
+            color=IMPL_COLORS["flash"], alpha=0.6,
+            label="tiled, K/V re-reads served by L2 (main memory: Q, K, V, O once)")
     for (label, ridge), style in zip(ridges.items(), ("--", ":", "-."), strict=False):
         ax.axhline(ridge, color="0.35", ls=style, lw=1)
         ax.text(ns[0], ridge * 1.12, f"ridge: {label}", fontsize=8, color="0.25")
@@ -37,7 +43,7 @@ def intensity_plot(ax: plt.Axes, ns: Sequence[int], d: int, block_q: int,
     ax.set_xlabel("sequence length n (tokens)")
     ax.set_ylabel("arithmetic intensity (FLOP / byte)")
     ax.set_title(f"FLOPs per byte moved, one head, E = {d}, fp32")
-    ax.legend(loc="center right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
 
 
 def tile_grid(ax: plt.Axes, L: int, S: int, block_q: int, block_k: int, causal: bool = False,

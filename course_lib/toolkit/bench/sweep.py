@@ -33,7 +33,9 @@ from .workloads import TORCH_IMPL, attention, implementations, make_inputs, matm
 
 SCHEMA = "course_lib.bench/1"
 MATMUL = "__matmul__"
-NAIVE_IMPLS = ("reference",)
+#: paths whose memory grows as L·S (the tile-autograd contrast: in training), skipped above
+#: ``naive_max_n``
+NAIVE_IMPLS = ("reference", "flash_tile_autograd")
 DEFAULT_N = (256, 512, 1024, 2048, 4096, 8192)
 
 
@@ -95,8 +97,8 @@ def _run_sweep(
     dtype = default_dtype(device) if dtype is None else dtype
     naive_max_n = default_naive_max_n(device) if naive_max_n is None else naive_max_n
     matmul_size = default_matmul_size(device) if matmul_size is None else matmul_size
-    available = implementations()
-    impls = list(available) if impls is None else list(impls)
+    available = implementations(contrast=True)
+    impls = list(implementations()) if impls is None else list(impls)
     for name in impls:
         if name not in available:
             raise ValueError(f"unknown implementation {name!r}; choose from {sorted(available)}")
@@ -197,7 +199,12 @@ def _run_sweep(
         "load_average_end": load_average(),
         "command": command if command is not None else " ".join(sys.argv),
         "impl_notes": {TORCH_IMPL: "torch.nn.functional.scaled_dot_product_attention called "
-                                   "directly (no course_lib wrapper)"},
+                                   "directly (no course_lib wrapper)",
+                       "flash": "course_lib.flash: tiled forward; backward recomputes each "
+                                "tile's P from the saved log-sum-exp",
+                       "flash_tile_autograd": "course_lib.flash.tile_autograd_attention: the "
+                                              "same tiled forward, gradients by autograd, which "
+                                              "keeps every tile P"},
     }
     return {"schema": SCHEMA, "meta": meta, "results": results}
 

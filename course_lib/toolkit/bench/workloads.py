@@ -21,11 +21,20 @@ DTYPES = {
 TORCH_IMPL = "torch"  # torch.nn.functional.scaled_dot_product_attention called directly
 
 
-def implementations() -> dict[str, Callable[..., torch.Tensor]]:
-    """``course_lib.IMPLEMENTATIONS`` plus ``"torch"`` (torch's SDPA without the course wrapper)."""
-    from course_lib.attention import IMPLEMENTATIONS
+#: run only when named: ``course_lib.flash``'s tiled forward with gradients left to autograd,
+#: which keeps every tile P (the contrast to the recomputing backward in training tables)
+CONTRAST_IMPLS = ("flash_tile_autograd",)
 
-    return {**IMPLEMENTATIONS, TORCH_IMPL: F.scaled_dot_product_attention}
+
+def implementations(contrast: bool = False) -> dict[str, Callable[..., torch.Tensor]]:
+    """``course_lib.IMPLEMENTATIONS`` plus ``"torch"`` (torch's SDPA without the course wrapper);
+    ``contrast=True`` adds :data:`CONTRAST_IMPLS` (never part of a default sweep)."""
+    from course_lib.attention import IMPLEMENTATIONS, flash
+
+    fns = {**IMPLEMENTATIONS, TORCH_IMPL: F.scaled_dot_product_attention}
+    if contrast:
+        fns["flash_tile_autograd"] = flash.tile_autograd_attention
+    return fns
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -55,7 +64,7 @@ def attention(impl: str, batch: int, heads: int, n: int, d: int, causal: bool = 
 
     ``backward=True``: ``run()`` does forward + ``out.backward(dO)`` (gradients reset each call).
     """
-    fns = implementations()
+    fns = implementations(contrast=True)
     if impl not in fns:
         raise ValueError(f"impl must be one of {sorted(fns)}, got {impl!r}")
     fn = fns[impl]
