@@ -10,12 +10,11 @@ renders; the committed one is ``data/decode-cpu.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import torch
 
+from course_lib.toolkit.bench import script
 from course_lib.toolkit.bench.machine import machine_info
 from course_lib.toolkit.bench.timing import best_time, torch_threads
 
@@ -59,15 +58,7 @@ def run(lengths=DEFAULT_LENGTHS, repeats: int = 3, prompt_len: int = 8, seed: in
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args(argv)
-    data = run(args.lengths, args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    script.run_and_write(run, __doc__, DEFAULT_OUT, DEFAULT_LENGTHS, argv)
 
 
 if __name__ == "__main__":

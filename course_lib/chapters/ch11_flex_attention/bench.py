@@ -14,9 +14,7 @@ each other before timing. Writes a JSON file that the chapter renders; the commi
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import resource
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
 
+from course_lib.toolkit.bench import script
 from course_lib.toolkit.bench.machine import machine_info
 from course_lib.toolkit.bench.timing import best_time, torch_threads
 
@@ -102,15 +101,7 @@ def run(lengths=DEFAULT_LENGTHS, repeats: int = 3, H: int = 4, E: int = 64, seed
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS))
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args(argv)
-    data = run(args.lengths, args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    script.run_and_write(run, __doc__, DEFAULT_OUT, DEFAULT_LENGTHS, argv)
 
 
 if __name__ == "__main__":
