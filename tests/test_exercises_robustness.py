@@ -237,7 +237,7 @@ def test_flash_attention_must_not_build_the_n_by_n_scores():
 
     result = exercises.check("flash_attention", naive)
     assert result.mistake == "nxn_tensor"
-    assert "N×N (N=256)" in result.message and "N=256, default block" in result.message
+    assert "N×N (N=256)" in result.message and "L=256, default block" in result.message
 
 
 # ---------------------------------------------------------------- check never raises

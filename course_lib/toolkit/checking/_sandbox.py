@@ -16,6 +16,7 @@ import io
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,6 +213,21 @@ def is_memory_error(exc: BaseException) -> bool:
                                               or "DefaultCPUAllocator" in text)
 
 
+def _own_code(fn: Any) -> dict[int, Any]:
+    """``{id: code}`` of ``fn``'s code object and every code object nested in it."""
+    own: dict[int, Any] = {}
+    try:
+        stack = [getattr(fn, "__code__", None)]
+    except BaseException:      # an odd callable whose attributes raise: nothing nested to own
+        return own
+    while stack:
+        code = stack.pop()
+        if isinstance(code, types.CodeType) and id(code) not in own:
+            own[id(code)] = code
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return own
+
+
 def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
              forbidden: tuple[str, ...] = (), max_square: int | None = None,
              course: Any = None, outcome: CallOutcome | None = None) -> CallOutcome:
@@ -230,6 +246,14 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     stop = [False]  # set by this thread on time-out; the worker's tracer then raises
     # bound now, before the learner's code runs: patching the guard's class later changes nothing
     refused = course.refused if course is not None else None
+    # What the learner handed in (the function and the helpers nested in it, by identity) is
+    # theirs, even where it reads like the course's solution (the book's own solution cells are
+    # typed copies of it); the guard judges what it *calls*. A function that lives in a course
+    # file is not the learner's: handing in the course's own function stays refused.
+    own = _own_code(fn)
+    entry = next(iter(own.values()), None)
+    if entry is not None and course is not None and course._course_file(entry.co_filename):
+        own = {}
 
     def local_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
@@ -244,7 +268,7 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             if outcome.forbidden is None:
                 outcome.forbidden = label
             raise ForbiddenCall(label)
-        if refused is not None:
+        if refused is not None and own.get(id(frame.f_code)) is not frame.f_code:
             name = refused(frame)
             if name is not None:
                 if outcome.course_call is None:
