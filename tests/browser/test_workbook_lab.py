@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 LAB_CONFIG = ROOT / "tools" / "lab" / "jupyter_lab_config.py"
 CHAPTER = "01_library_analogy.ipynb"
