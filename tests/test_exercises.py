@@ -62,7 +62,7 @@ def test_every_exercise_declares_mistakes_and_graded_hints(exercise_id):
 def test_declared_mistake_is_recognised(exercise_id, mistake):
     result = exercises.check(exercise_id, mistake.fn, seed=1)
     assert not result.passed
-    assert result.mistake == mistake.id, result.message
+    assert result.mistake == mistake.reported_id, result.message
     assert result.message.startswith(mistake.message)
     assert result.failed_case is not None and f"case '{result.failed_case}'" in result.message
 

@@ -222,7 +222,8 @@ TRITON_MATMUL = Exercise(
     mistakes=tuple(
         Mistake(f"accumulator_overwritten_k{bk}", "Your result is the last K block's product "
                 "only: acc = tl.dot(a, b) replaces the sum at every step. Accumulate: "
-                "acc = tl.dot(a, b, acc) (or acc += tl.dot(a, b)).", _last_k_block(bk))
+                "acc = tl.dot(a, b, acc) (or acc += tl.dot(a, b)).", _last_k_block(bk),
+                family="accumulator_overwritten")
         for bk in BLOCKS
     ),
 )
@@ -458,10 +459,11 @@ TRITON_FLASH_FORWARD = Exercise(
                 "from query i), so query 0 sees no key at all (NaN). Keep key j for query i when "
                 "j <= i: keys[None, :] <= rows[:, None].", _sim(diag=-1)),
         Mistake("causal_one_ahead", _ONE_AHEAD, _sim(diag=1)),
-        *(Mistake(f"causal_one_ahead_block{b}", _ONE_AHEAD, _sim(diag=1, leak_block=b))
-          for b in BLOCKS),
+        *(Mistake(f"causal_one_ahead_block{b}", _ONE_AHEAD, _sim(diag=1, leak_block=b),
+                  family="causal_one_ahead") for b in BLOCKS),
         *(Mistake(f"{name}_block{b}", message, _sim(block=b, **options),
-                  tolerance=_ROUNDING if ("acc16" in options or "pv16" in options) else None)
+                  tolerance=_ROUNDING if ("acc16" in options or "pv16" in options) else None,
+                  family=name)
           for name, message, options in _BLOCK_MISTAKES for b in BLOCKS),
     ),
 )

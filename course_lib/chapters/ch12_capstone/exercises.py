@@ -135,9 +135,9 @@ def causal_block(x, attn, ln1, ln2, mlp):
 
     x: (B, L, D); attn: a course_lib MultiHeadAttention; ln1, ln2: LayerNorms; mlp: a module.
     """
-    from course_lib.attention import masks
-    mask = masks.causal_mask(x.shape[-2])        # (L, L), True = may attend
-    x = x + attn(ln1(x), attn_mask=mask)
+    L = x.shape[-2]
+    keep = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()   # (L, L), True = may attend
+    x = x + attn(ln1(x), attn_mask=keep)
     return x + mlp(ln2(x))
 
 

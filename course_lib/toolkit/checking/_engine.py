@@ -410,7 +410,7 @@ def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[
             lines.append(f"First failing {where}: {first.problem.text}")
         else:
             lines.append(f"First failing {where}.")
-        mistake_id = mistake.id
+        mistake_id = mistake.reported_id
         details = first.problem.where
     else:
         lines.append(f"First failing {where}: {first.problem.text}")

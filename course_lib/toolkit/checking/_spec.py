@@ -96,12 +96,21 @@ class Mistake:
     mistake's; by default twice the exercise's own. Set it for a mistake that *is* rounding
     (float32 arithmetic on a float64 input): two float32 computations of the same formula
     differ by as much as either differs from the right answer.
+    ``family``: the id a check reports, when several declared mistakes are variants of one
+    misconception (the same bug simulated at each block size a learner's kernel may use): which
+    variant matches a learner's output by a hair may change with the seed, the diagnosis must not.
     """
 
     id: str
     message: str
     fn: Callable[..., Any]
     tolerance: Callable[[torch.dtype], tuple[float, float]] | None = None
+    family: str | None = None
+
+    @property
+    def reported_id(self) -> str:
+        """The id a failed check reports: the family's, else the mistake's own."""
+        return self.family or self.id
 
 
 _ORDER = itertools.count()
@@ -165,6 +174,11 @@ class Exercise:
         ids = [m.id for m in self.mistakes]
         if len(ids) != len(set(ids)):
             raise ValueError(f"exercise {self.id!r}: duplicate mistake ids {ids}")
+        said: dict[str, str] = {}
+        for m in self.mistakes:     # one reported id, one diagnosis
+            if said.setdefault(m.reported_id, m.message) != m.message:
+                raise ValueError(f"exercise {self.id!r}: mistakes reported as "
+                                 f"{m.reported_id!r} give different messages")
 
     @property
     def function_name(self) -> str:
