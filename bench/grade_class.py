@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                             jobs=args.jobs, cache=None)
         wall = time.perf_counter() - started
     print(run.summary)
+    statuses = Counter(r["status"] for r in run.results)
+    print("\nnotebook outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
+    slowest = sorted(zip(run.seconds, run.results, strict=True), key=lambda t: -t[0])[:3]
+    print("slowest: " + "; ".join(f"{Path(r['notebook']).name} {s:.0f} s ({r['status']}"
+                                  f"{': ' + r['detail'] if r.get('detail') else ''})"
+                                  for s, r in slowest))
     per = sum(run.seconds) / len(run.seconds)
     print(f"\n{args.n} workbooks of {args.chapter}, --jobs {args.jobs}: {wall:.0f} s in all "
           f"({wall / 60:.1f} min), {per:.1f} s per notebook (each in its own kernel), "
