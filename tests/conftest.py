@@ -40,3 +40,15 @@ def course_lib_wheel(tmp_path_factory) -> Path:
                     "--no-build-isolation", "--no-cache-dir", str(src), "-w", str(wheels)],
                    check=True, timeout=600)
     return next(wheels.glob("course_lib-*.whl"))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors, checked in-process: one torch thread is faster, and two test workers share
+    two cores. The number of threads is restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -7,7 +7,6 @@ tolerances and the mistake recognition, not the sandbox.
 from __future__ import annotations
 
 import pytest
-import torch
 from learner_corpus import CORPUS, GENERIC
 
 from course_lib.toolkit.checking._engine import run_check
@@ -17,12 +16,7 @@ FLIP_SEEDS = 100
 EXERCISES = list(registry().values())
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _verdict(ex, fn, seed):

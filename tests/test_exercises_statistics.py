@@ -17,16 +17,7 @@ SOLUTION_SEEDS = 500
 MISTAKE_SEEDS = 200          # >= 99%: at most 2 misses
 EXERCISES = list(registry().values())
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread is faster, and two test workers share two cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.id for e in EXERCISES])
