@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from course_lib.toolkit.checking import Case, Exercise, Mistake
@@ -57,3 +58,20 @@ def test_the_forbidden_call_refusal_counts_like_the_other_messages():
                        isolate=False)
     assert result.mistake == "forbidden_call"
     assert result.message.endswith("\n0 of 8 cases passed."), result.message
+
+
+def test_variants_of_one_misconception_report_their_family():
+    """Two simulations of one bug (at two tile sizes, say): whichever matches, the check reports
+    the family's id, so the diagnosis does not depend on which variant matched by a hair."""
+    ex = _exercise(Mistake("plus_one_a", "You added one.", lambda x: 2 * x + 1, family="plus_one"),
+                   Mistake("plus_one_b", "You added one.", lambda x: 2 * x + 1.0000001,
+                           family="plus_one"))
+    result = run_check(ex, lambda x: x + x + 1, seed=0, isolate=False, watch=False)
+    assert result.mistake == "plus_one" and result.message.startswith("You added one."), \
+        result.message
+
+
+def test_a_family_must_say_one_thing():
+    with pytest.raises(ValueError, match="reported as 'f' give different messages"):
+        _exercise(Mistake("a", "You added one.", lambda x: 2 * x + 1, family="f"),
+                  Mistake("b", "You added two.", lambda x: 2 * x + 2, family="f"))
