@@ -43,8 +43,9 @@ def test_few_cells_are_unchecked() -> None:
     assert len(widgets) + len(machine) == len(firsts), "every skip is a widget or a machine fact"
     assert len(widgets) <= len(NOTEBOOKS)              # one explorer per chapter
     # 11: chapter 10's live decode step (bandwidth-bound evidence the inference chapter shows on
-    # purpose) joined the ten machine facts of chapters 7 to 12.
-    assert len(machine) <= 11, f"{len(machine)} machine-dependent cells: print what is robust"
+    # purpose) joined the ten machine facts of chapters 7 to 12; 12: chapter 10's attention-sink
+    # experiment trains a model in the cell (its asserts hold on any machine, its digits do not).
+    assert len(machine) <= 12, f"{len(machine)} machine-dependent cells: print what is robust"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -21,7 +21,7 @@ from course_lib.attention.positions import apply_rope
 
 class TinyGPT(nn.Module):
     """Token + learned absolute position embeddings, pre-norm :class:`TransformerBlock`s from the
-    course core, a final LayerNorm and an unembedding. Seeded random weights; nothing trained.
+    course core, a final LayerNorm and an unembedding. Seeded random weights (`sinks` trains one).
     ``rope=True``: no position table; q and k are rotated (RoPE) by per-row ``position_ids``.
 
     Two ways to run it: :meth:`forward` over a whole prefix (causal, every position recomputed)
@@ -76,17 +76,24 @@ class TinyGPT(nn.Module):
         x = x + block.attn.out_proj(merge_heads(a))
         return x + block.mlp(block.ln2(x))
 
-    @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, attend=None) -> torch.Tensor:
-        """``tokens (B, N)`` → logits ``(B, N, vocab)``, every position computed (no cache)."""
+    def logits(self, tokens: torch.Tensor, attend=None) -> torch.Tensor:
+        """``tokens (B, N)`` → logits ``(B, N, vocab)``, every position computed (no cache),
+        differentiable: the forward pass used to train the model."""
         attend = attend or IMPLEMENTATIONS["sdpa"]
         x = self._embed(tokens, 0)
         for block in self.blocks:
             x = self._block(block, x, attend, None)
         return self.head(self.ln_f(x))
 
-    def new_caches(self, window: int | None = None) -> list[KVCache]:
-        return [KVCache(window=window) for _ in self.blocks]
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, attend=None) -> torch.Tensor:
+        """:meth:`logits` without autograd (decoding)."""
+        return self.logits(tokens, attend)
+
+    def new_caches(self, window: int | None = None, sinks: int = 0) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer (``window``, ``sinks``: a rolling cache that also
+        keeps the first ``sinks`` tokens)."""
+        return [KVCache(window=window, sinks=sinks) for _ in self.blocks]
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, caches: list[KVCache], attend=None,
