@@ -123,12 +123,13 @@ def first_token_mass(model: TinyGPT, tokens: torch.Tensor, cfg: EchoConfig,
     return {"echo": w[echo].mean(0), "other": w[~echo].mean(0)}
 
 
-# What the chapter asserts and the seed tests check (seeds 0, 1, 2 measured well inside them:
-# echo accuracy 0.97-1.0; mass on BOS 0.97-1.0; evicting BOS costs 2.1-2.4 nats, one sink 0.000).
+# What the chapter asserts and the seed tests check. Measured on seeds 0-5: echo accuracy
+# 0.96-1.0; mass on BOS 0.965-1.0; evicting BOS costs 1.09-2.52 nats (other loss 4.98-6.42, above
+# a uniform guess's 4.17); one sink 0.000. A machine's round-off acts like another seed.
 THRESHOLDS = {
-    "full_echo_accuracy": 0.95,     # trained: the echo is predicted
+    "full_echo_accuracy": 0.9,      # trained: the echo is predicted (chance: 1 / 32)
     "sink_mass": 0.9,               # the head's mean weight on BOS where it has no echo to read
-    "evicted_extra_loss": 1.0,      # nats added to the other positions by the window alone
+    "evicted_extra_loss": 0.5,      # nats added to the other positions by the window alone
     "restored_extra_loss": 0.01,    # ... and at most this with the window and one sink
     "echo_accuracy_change": 0.02,   # the echo itself (its source is in the window) hardly moves
 }
