@@ -21,7 +21,7 @@ from course_lib.attention.positions import apply_rope
 
 class TinyGPT(nn.Module):
     """Token + learned absolute position embeddings, pre-norm :class:`TransformerBlock`s from the
-    course core, a final LayerNorm and an unembedding. Seeded random weights (`sinks` trains one).
+    course core, a final LayerNorm and an unembedding. Seeded random weights (``sinks`` trains one).
     ``rope=True``: no position table; q and k are rotated (RoPE) by per-row ``position_ids``.
 
     Two ways to run it: :meth:`forward` over a whole prefix (causal, every position recomputed)
