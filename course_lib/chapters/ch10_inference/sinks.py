@@ -115,7 +115,7 @@ def first_token_mass(model: TinyGPT, tokens: torch.Tensor, cfg: EchoConfig,
 
     def probe(q, k, v, is_causal=False, **kw):
         seen.append(attention_weights(q, k, is_causal=is_causal)[..., 0])   # (n, H, L)
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
     model(tokens[:, :-1], probe)
     w = seen[0][..., first:].transpose(1, 2)          # (n, L, H)
