@@ -16,6 +16,13 @@ of ``triton.runtime.interpreter``, for every kernel launched in this process, le
   interpreter switches off.
 - **TF32** (an option, :func:`emulate_tf32`): float32 ``tl.dot`` inputs rounded to TF32, as an
   NVIDIA GPU does unless ``input_precision="ieee"``.
+- **speed**: a device-function call (``tl.max``, ``tl.sum`` and a kernel's own ``@triton.jit``
+  helpers are all device functions) skips the interpreter's re-patching of ``triton.language``
+  when the running launch has already patched the same modules: the patch is the same each time
+  and cost about a quarter of a check's time (``bench/check_latency.py --triton``). And integer
+  ``+``, ``-``, ``*`` skip the overflow check the interpreter computes (in int64) and then drops:
+  its ``device_assert`` returns at once unless ``debug`` is on, as a GPU compiles the check only
+  with ``debug`` (the options are left alone when it is on).
 - **the source**: :func:`gpu_source_problems` reads each kernel's code (``ast``) for what runs in
   the interpreter (plain Python) but does not compile for a GPU: ``break``/``continue``, ``try``,
   ``lambda``, calls into ``numpy``/``torch``, and the removed block pointers.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
 import textwrap
 from collections.abc import Iterator
@@ -85,6 +93,15 @@ class _Launch:
 
 
 _CURRENT: list[_Launch | None] = [None]
+#: ``id``s of the ``triton.language`` modules patched during the running launch: by the launch
+#: itself, and by device calls (``triton.language.standard``'s functions see ``core``), whose
+#: patches the interpreter never undoes. Empty outside a launch.
+_PATCHED: list[frozenset[int]] = [frozenset()]
+
+
+def _lang_modules(fn: Any) -> frozenset[int]:
+    """The ``triton.language`` modules the interpreter patches for ``fn``: those in its globals."""
+    return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
 
 
 def _extent(name: str, t: torch.Tensor) -> _Tensor:
@@ -337,14 +354,15 @@ def install() -> None:
         return args_hst, kwargs_hst
 
     def __call__(self, *args, **kwargs):
-        previous = _CURRENT[0]
+        previous, patched = _CURRENT[0], _PATCHED[0]
+        _PATCHED[0] = _lang_modules(self.fn)    # what the original call patches, until it ends
         try:
             result = _ORIGINAL["call"](self, *args, **kwargs)
             if _CURRENT[0] is not None and _CURRENT[0] is not previous:
                 _check_coverage(_CURRENT[0])
             return result
         finally:
-            _CURRENT[0] = previous
+            _CURRENT[0], _PATCHED[0] = previous, patched
 
     def create_masked_load(self, ptrs, mask, other, *rest):
         _check_access("load", ptrs, mask)
@@ -359,8 +377,20 @@ def install() -> None:
         return _ORIGINAL["run"](self, *args, **kwargs)
 
     def dev_call(self, *args, **kwargs):
+        # The interpreter's own device call, whose first step, _patch_lang, is skipped when the
+        # modules it patches already are (its patch is never undone: in place until the launch
+        # ends).
         _check_source(self.fn)
-        return _ORIGINAL["dev_call"](self, *args, **kwargs)
+        langs = _lang_modules(self.fn)
+        if not langs or not langs <= _PATCHED[0]:
+            _interp._patch_lang(self.fn)
+            if _CURRENT[0] is not None:
+                _PATCHED[0] |= langs
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise _interp.InterpreterError(repr(e)) from e
 
     def dot(lhs, rhs, *args, **kwargs):
         k = lhs.shape[-1]
@@ -381,6 +411,9 @@ def install() -> None:
               dot, _check_access, _check_source, _record_store, _check_coverage, _program,
               _tf32_inputs):
         f.__code__ = f.__code__.replace(co_filename=_interp.__file__)
+    builder = _interp.interpreter_builder
+    if not builder.options.debug:      # the overflow checks would be computed, then dropped
+        builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
     GE._init_args_hst = _init_args_hst
     GE.__call__ = __call__
     IB.create_masked_load = create_masked_load

@@ -51,6 +51,9 @@ LN2 = math.log(2.0)
 #: Block sizes a learner's kernel plausibly uses: block-dependent mistakes are simulated for each.
 BLOCKS = (16, 32, 64)
 CHAPTER = "09_flash_triton"
+#: Query rows a mistake's simulation takes at once: fewer than the largest case's N = 100, so that
+#: no simulation holds an N×N tensor (refused during a check, as for a learner's code).
+SIM_ROWS = 64
 #: Seconds per call. Triton's interpreter runs every program of the grid as Python, one after the
 #: other: a right kernel with the smallest legal tiles (16 × 16) must finish well inside these on
 #: a loaded 2-core machine (bench/check_latency.py --triton measures it).
@@ -303,11 +306,11 @@ def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescal
     rounded to float16 after each key block; ``pv16``: P and V rounded to float16 before P·V;
     ``drop_tail``: the keys of the last, ragged key block never visited.
 
-    Query rows are processed 16 at a time and products are element-wise, so that the model never
-    holds an N×N tensor nor calls a matrix product (both refused during a check)."""
+    Query rows are processed ``SIM_ROWS`` at a time and products are element-wise, so that the
+    model never holds an N×N tensor nor calls a matrix product (both refused during a check)."""
     outs, lses = [], []
-    for r0 in range(0, q.shape[-2], 16):
-        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + 16, q.shape[-2]), is_causal, block,
+    for r0 in range(0, q.shape[-2], SIM_ROWS):
+        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + SIM_ROWS, q.shape[-2]), is_causal, block,
                                  rescale_acc, rescale_l, pad_keys, factor, base, lse_scale,
                                  diag, lse_zero, leak_block, no_max, acc16, pv16, drop_tail)
         outs.append(o)
@@ -494,7 +497,7 @@ def _bwd_cases(gen: torch.Generator) -> list[Case]:
 def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor=1.0,
              lse_base2=False, diag=0, dk_unscaled=False):
     """Float64 gradients of attention from the saved ``out`` and ``lse``, as a (possibly buggy)
-    kernel computes them; rows 16 at a time with element-wise products (no L×S tensor, no
+    kernel computes them; ``SIM_ROWS`` rows at a time with element-wise products (no L×S tensor, no
     matrix product: the mistakes run under the same watch as a learner's code).
 
     ``d_term=False``: dS = P ∘ dP (D forgotten); ``ds_factor``: dS scaled by it; ``lse_base2``:
@@ -508,8 +511,8 @@ def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor
     delta = (dod * od).sum(-1)                                   # D = rowsum(dO ∘ O)
     dq, dk, dv = torch.zeros_like(qd), torch.zeros_like(kd), torch.zeros_like(vd)
     n_keys = k.shape[-2]
-    for r0 in range(0, q.shape[-2], 16):
-        r1 = min(r0 + 16, q.shape[-2])
+    for r0 in range(0, q.shape[-2], SIM_ROWS):
+        r1 = min(r0 + SIM_ROWS, q.shape[-2])
         qr, dor = qd[..., r0:r1, :], dod[..., r0:r1, :]
         lr, dr = lse_d[..., r0:r1], delta[..., r0:r1]
         raw = (qr[..., :, None, :] * kd[..., None, :, :]).sum(-1)       # (.., rows, S)

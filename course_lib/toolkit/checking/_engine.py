@@ -14,6 +14,7 @@ import dis
 import inspect
 import os
 import textwrap
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,8 @@ class _Run:
     outcome: CallOutcome
     problem: Problem | None
     expected: Any = None
+    #: ``(seed, case index)`` when the caller chose the seed: the case can recur in another check.
+    key: tuple[int, int] | None = None
 
 
 def is_untouched(fn: Callable[..., Any]) -> bool:
@@ -183,6 +186,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     same time limit). ``watch=False`` (with ``isolate=False``): call ``fn`` directly, with no time
     limit or watch at all (the statistical tests of the course's own solutions and mistakes).
     """
+    chosen = seed is not None
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timeout = ex.time_limit if timeout is None else timeout
     gen = torch.Generator().manual_seed(seed)
@@ -204,7 +208,7 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
             return failed
         if prepared.untouched:
             return not_attempted(ex)
-        return _run_cases(ex, cases, stream, tol, timeout)
+        return _run_cases(ex, cases, stream, tol, timeout, seed if chosen else None)
 
 
 def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
@@ -221,10 +225,10 @@ def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
 
 
 def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
-               timeout: float) -> CheckResult:
+               timeout: float, seed: int | None) -> CheckResult:
     runs: list[_Run] = []
     printed = False
-    for case, out in zip(cases, stream, strict=False):
+    for index, (case, out) in enumerate(zip(cases, stream, strict=False)):
         expected = ex.oracle(*fresh_args(case.args)[0])
         printed = printed or bool(out.printed.strip())
         where = describe_case(ex.params, case)
@@ -287,7 +291,8 @@ def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
                 problem = Problem("type", "your output could not be compared with the right "
                                           f"answer ({type(e).__name__}: "
                                           f"{str(e).splitlines()[0][:200] if str(e) else ''}).")
-        runs.append(_Run(case, out, problem, expected))
+        runs.append(_Run(case, out, problem, expected,
+                         None if seed is None else (seed, index)))
     if len(runs) < len(cases):   # the stream ended early: the worker failed to report
         raise RuntimeError("the check's worker process stopped reporting")
     failures = [r for r in runs if r.problem is not None]
@@ -325,17 +330,73 @@ def _agrees(learner: Any, mistake: Any, tol: Any, m: Mistake | None = None) -> b
         return False
 
 
-def _mistake_output(m: Mistake, case: Case) -> tuple[bool, Any]:
+def _compute_mistake_output(m: Mistake, case: Case) -> tuple[bool, Any]:
     try:
         return True, m.fn(*fresh_args(case.args)[0])
     except Exception as e:
         return False, type(e).__name__
 
 
-def _raises_alike(m: Mistake, runs: list[_Run]) -> bool:
+#: Declared mistakes' outputs on cases of a chosen seed, most recent last. The cases are a function
+#: of the exercise and the seed, and a mistake of its inputs, so checks with one seed share them:
+#: a class graded with one seed, and the statistical tests (every mistake of an exercise checked
+#: on each seed). A random seed (a learner's check) never recurs: nothing is kept for it.
+_MISTAKE_OUTPUTS: OrderedDict[tuple[int, int, int, int], tuple[Any, ...]] = OrderedDict()
+_MISTAKE_OUTPUTS_BYTES = [0]
+MISTAKE_OUTPUTS_LIMIT = 64 * 2 ** 20     # bytes of tensors kept
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, tuple | list):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def _same_args(a: Any, b: Any) -> bool:
+    """Whether two cases' arguments are equal (tensors: shape, dtype and values, NaN included)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.shape == b.shape and a.dtype == b.dtype
+                and torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(),
+                                                                               b.isnan()))
+    if isinstance(a, tuple | list):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(_same_args(x, y) for x, y in zip(a, b, strict=True)))
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:   # not comparable (an iterator compares by identity): not the same
+        return False
+
+
+def _mistake_output(ex: Exercise, m: Mistake, r: _Run) -> tuple[bool, Any]:
+    """``m``'s output on ``r``'s case (``(False, exception name)`` if it raises), computed once
+    per (exercise, mistake, seed, case). A kept output is used only for the very same exercise,
+    mistake and case arguments (in case a case generator were not a function of the seed)."""
+    if r.key is None:
+        return _compute_mistake_output(m, r.case)
+    key = (id(ex), id(m), *r.key)
+    kept = _MISTAKE_OUTPUTS.get(key)
+    if kept is not None and kept[0] is ex and kept[1] is m and _same_args(kept[2], r.case.args):
+        _MISTAKE_OUTPUTS.move_to_end(key)
+        return kept[3]
+    output = _compute_mistake_output(m, r.case)
+    size = _nbytes(output[1]) + _nbytes(r.case.args)
+    if size <= MISTAKE_OUTPUTS_LIMIT // 8:
+        if kept is not None:
+            _MISTAKE_OUTPUTS_BYTES[0] -= kept[4]
+        _MISTAKE_OUTPUTS[key] = (ex, m, r.case.args, output, size)
+        _MISTAKE_OUTPUTS_BYTES[0] += size
+        while _MISTAKE_OUTPUTS_BYTES[0] > MISTAKE_OUTPUTS_LIMIT:
+            _MISTAKE_OUTPUTS_BYTES[0] -= _MISTAKE_OUTPUTS.popitem(last=False)[1][4]
+    return output
+
+
+def _raises_alike(ex: Exercise, m: Mistake, runs: list[_Run]) -> bool:
     """Whether mistake ``m`` raises the learner's exception type on every run where it raised."""
     raised = [r for r in runs if r.outcome.error_type]
-    return bool(raised) and all(_mistake_output(m, r.case) == (False, r.outcome.error_type)
+    return bool(raised) and all(_mistake_output(ex, m, r) == (False, r.outcome.error_type)
                                 for r in raised)
 
 
@@ -347,7 +408,7 @@ def _explains(ex: Exercise, m: Mistake, r: _Run) -> bool:
     """Whether mistake ``m`` reproduces the learner's output on run ``r`` (form and values),
     being itself wrong there: a mistake whose output is right on this case (``no_max_shift`` on
     ordinary rows) explains nothing about it."""
-    produced, value = _mistake_output(m, r.case)
+    produced, value = _mistake_output(ex, m, r)
     if not produced or not _agrees(r.outcome.value, value, ex.tolerance, m):
         return False
     # Right on this case means within a tenth of the correctness tolerance (round-off, not a
@@ -387,7 +448,7 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
         score = 0
         for r in with_output:
             if r.problem is None:
-                produced, value = _mistake_output(m, r.case)
+                produced, value = _mistake_output(ex, m, r)
                 score += int(produced and _agrees(r.outcome.value, value, ex.tolerance, m))
         if score > best_score:
             best, best_score = m, score
@@ -404,7 +465,7 @@ def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[
     where = describe_case(ex.params, first.case)
     assert first.problem is not None
     lines = []
-    if mistake is not None and (first.problem.kind != "raised" or _raises_alike(mistake, runs)):
+    if mistake is not None and (first.problem.kind != "raised" or _raises_alike(ex, mistake, runs)):
         lines.append(mistake.message)
         if first.problem.kind != "values":
             lines.append(f"First failing {where}: {first.problem.text}")
