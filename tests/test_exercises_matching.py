@@ -75,3 +75,63 @@ def test_a_family_must_say_one_thing():
     with pytest.raises(ValueError, match="reported as 'f' give different messages"):
         _exercise(Mistake("a", "You added one.", lambda x: 2 * x + 1, family="f"),
                   Mistake("b", "You added two.", lambda x: 2 * x + 2, family="f"))
+
+
+# --------------------------------------------------------------------------- kept mistake outputs
+
+
+def _counting_exercise(cases):
+    """An exercise whose one mistake (add one) counts its calls."""
+    calls = []
+
+    def plus_one(x):
+        calls.append(x.clone())
+        return 2 * x + 1
+
+    ex = Exercise(id="_memo_probe", chapter="00_test", title="probe",
+                  signature="double(x) -> like x", params=("x",), cases=cases,
+                  oracle=lambda x: 2 * x, solution=lambda x: 2 * x, hints=("double it",),
+                  mistakes=(Mistake("plus_one", "You added one.", plus_one),))
+    return ex, calls
+
+
+def _random_cases(gen):
+    return [Case("a", (torch.randn(4, generator=gen),)),
+            Case("b", (torch.randn(3, generator=gen),))]
+
+
+def test_a_chosen_seeds_mistake_outputs_are_computed_once():
+    ex, calls = _counting_exercise(_random_cases)
+    learner = lambda x: 2 * x + 1        # noqa: E731  (the mistake itself)
+    for _ in range(3):
+        result = run_check(ex, learner, seed=7, isolate=False, watch=False)
+        assert result.mistake == "plus_one"
+    assert len(calls) == 2                           # one per case, not per check
+    run_check(ex, learner, seed=8, isolate=False, watch=False)
+    assert len(calls) == 4                           # another seed: other cases
+    assert not torch.equal(calls[0], calls[2])
+
+
+def test_a_random_seed_keeps_nothing():
+    ex, calls = _counting_exercise(_random_cases)
+    learner = lambda x: 2 * x + 1        # noqa: E731
+    for _ in range(2):
+        assert run_check(ex, learner, isolate=False, watch=False).mistake == "plus_one"
+    assert len(calls) == 4
+
+
+def test_a_kept_output_is_used_only_for_the_same_arguments():
+    """A case generator that is not a function of the seed (here: of a counter) gets the mistake's
+    output on its own arguments, never the one kept for another check's."""
+    made = []
+
+    def drifting(gen):
+        made.append(None)
+        return [Case("a", (torch.full((3,), float(len(made))),))]
+
+    ex, calls = _counting_exercise(drifting)
+    other = Exercise(**{**ex.__dict__, "id": "_memo_probe_2"})     # same mistake object
+    learner = lambda x: 2 * x + 1        # noqa: E731
+    for e in (ex, ex, other):
+        assert run_check(e, learner, seed=3, isolate=False, watch=False).mistake == "plus_one"
+    assert [float(c[0]) for c in calls] == [1.0, 2.0, 3.0]

@@ -52,6 +52,51 @@ def test_interpreter_is_on_without_a_gpu():
     assert chapter.INTERPRETED and checking.installed()
 
 
+def test_overflow_checks_are_skipped_only_where_they_would_be_dropped(monkeypatch):
+    """Without ``debug`` the interpreter's device_assert is a no-op, so the int64 overflow checks
+    it would compute for every integer +, -, * change nothing: an overflowing product wraps the
+    same with and without them. With ``debug`` on, both check."""
+    from triton.runtime import interpreter
+
+    @triton.jit
+    def times(x_ptr, y_ptr, factor, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i) * factor)
+
+    builder = interpreter.interpreter_builder
+    assert not builder.options.debug and not builder.options.sanitize_overflow
+    x = torch.tensor([1, 3, 5, 7], dtype=torch.int32)
+
+    def run(**options):
+        monkeypatch.setattr(builder, "options", builder.options.__class__(**options))
+        y = torch.empty_like(x)
+        times[(1,)](x, y, 2 ** 30, BLOCK=4)
+        return y
+
+    skipped, computed = run(sanitize_overflow=False), run(sanitize_overflow=True)
+    assert torch.equal(skipped, computed)
+    assert torch.equal(skipped, (x.long() * 2 ** 30).to(torch.int32))      # wrapped: 3·2^30 < 0
+    with pytest.raises(interpreter.InterpreterError, match="overflow"):
+        run(debug=True, sanitize_overflow=True)
+
+
+def test_a_launch_patches_the_language_once_per_module(monkeypatch):
+    """tl.max, tl.sum and a kernel's own @triton.jit helpers are device calls; the interpreter
+    patches triton.language at each one. Skipped once the launch has patched the same modules:
+    the launch itself (``tl``) and the first standard-library call (``tl.core``)."""
+    from triton.runtime import interpreter
+
+    calls = []
+    real = interpreter._patch_lang
+    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: calls.append(fn) or real(fn))
+    q, k, v = _qkv(1, 1, 64, 16)
+    out, lse = kernels.flash_forward(q, k, v, True, 32, 32)
+    assert len(calls) == 2, [f.__name__ for f in calls]
+    assert torch.allclose(out, reference.scaled_dot_product_attention(q, k, v, is_causal=True),
+                          atol=1e-5)
+    assert torch.allclose(lse.double(), _lse(q, k, True), atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n,blocks", [(37, (32, 32)), (5, (16, 16)), (50, (32, 16))])
