@@ -356,17 +356,17 @@ def _nbytes(value: Any) -> int:
 
 def _same_args(a: Any, b: Any) -> bool:
     """Whether two cases' arguments are equal (tensors: shape, dtype and values, NaN included)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-                and a.shape == b.shape and a.dtype == b.dtype
-                and torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(),
-                                                                               b.isnan()))
-    if isinstance(a, tuple | list):
-        return (type(a) is type(b) and len(a) == len(b)
-                and all(_same_args(x, y) for x, y in zip(a, b, strict=True)))
     try:
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                    and a.shape == b.shape and a.dtype == b.dtype
+                    and torch.equal(a.nan_to_num(), b.nan_to_num())
+                    and torch.equal(a.isnan(), b.isnan()))
+        if isinstance(a, tuple | list):
+            return (type(a) is type(b) and len(a) == len(b)
+                    and all(_same_args(x, y) for x, y in zip(a, b, strict=True)))
         return type(a) is type(b) and bool(a == b)
-    except Exception:   # not comparable (an iterator compares by identity): not the same
+    except Exception:   # not comparable (a sparse tensor, an exotic object): not the same
         return False
 
 
