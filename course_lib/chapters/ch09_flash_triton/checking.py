@@ -377,9 +377,9 @@ def install() -> None:
         return _ORIGINAL["run"](self, *args, **kwargs)
 
     def dev_call(self, *args, **kwargs):
-        # The interpreter's own device call, whose first step, _patch_lang, is skipped when the
-        # modules it patches already are (its patch is never undone: in place until the launch
-        # ends).
+        # The interpreter's own device call, whose first step, _patch_lang, is skipped when this
+        # launch has already patched the modules it would patch (a device call's patch is never
+        # undone, so it stays in place for the rest of the launch).
         _check_source(self.fn)
         langs = _lang_modules(self.fn)
         if not langs or not langs <= _PATCHED[0]:

@@ -376,9 +376,11 @@ def _mistake_output(ex: Exercise, m: Mistake, r: _Run) -> tuple[bool, Any]:
     mistake and case arguments (in case a case generator were not a function of the seed)."""
     if r.key is None:
         return _compute_mistake_output(m, r.case)
+    # An entry holds ``ex`` and ``m`` themselves, so their ids cannot be reused while it is kept:
+    # a key that matches names the very same exercise and mistake.
     key = (id(ex), id(m), *r.key)
     kept = _MISTAKE_OUTPUTS.get(key)
-    if kept is not None and kept[0] is ex and kept[1] is m and _same_args(kept[2], r.case.args):
+    if kept is not None and _same_args(kept[2], r.case.args):
         _MISTAKE_OUTPUTS.move_to_end(key)
         return kept[3]
     output = _compute_mistake_output(m, r.case)
