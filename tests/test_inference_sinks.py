@@ -102,6 +102,7 @@ def test_trained_head_parks_on_bos_and_needs_the_sink(seed: int) -> None:
                            for w, n in ((None, 0), (W, 0), (W, 1)))
     assert full["echo_accuracy"] >= T["full_echo_accuracy"], full
     assert mass["other"].item() >= T["sink_mass"], mass
+    assert mass["echo"].item() <= T["echo_mass"], mass
     assert evicted["other_loss"] - full["other_loss"] >= T["evicted_extra_loss"], evicted
     assert evicted["other_loss"] > math.log(CFG.vocab), evicted
     assert abs(kept["other_loss"] - full["other_loss"]) <= T["restored_extra_loss"], kept

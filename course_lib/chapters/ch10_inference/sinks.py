@@ -124,11 +124,13 @@ def first_token_mass(model: TinyGPT, tokens: torch.Tensor, cfg: EchoConfig,
 
 
 # What the chapter asserts and the seed tests check. Measured on seeds 0-5: echo accuracy
-# 0.96-1.0; mass on BOS 0.965-1.0; evicting BOS costs 1.09-2.52 nats (other loss 4.98-6.42, above
-# a uniform guess's 4.17); one sink 0.000. A machine's round-off acts like another seed.
+# 0.96-1.0; mass on BOS 0.965-1.0 with nothing to read, 0.000-0.040 at an echo; evicting BOS
+# costs 1.09-2.52 nats (other loss 4.98-6.42, above a uniform guess's 4.17); one sink 0.000.
+# A machine's round-off acts like another seed.
 THRESHOLDS = {
     "full_echo_accuracy": 0.9,      # trained: the echo is predicted (chance: 1 / 32)
     "sink_mass": 0.9,               # the head's mean weight on BOS where it has no echo to read
+    "echo_mass": 0.2,               # ... and at most this at an echo, where it reads the symbol
     "evicted_extra_loss": 0.5,      # nats added to the other positions by the window alone
     "restored_extra_loss": 0.01,    # ... and at most this with the window and one sink
     "echo_accuracy_change": 0.02,   # the echo itself (its source is in the window) hardly moves
