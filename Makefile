@@ -19,7 +19,7 @@ SANDBOX_PROGRESS := $(CURDIR)/_build/.progress-sandbox/progress
 NBVAL_PERTURBED := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
 # Everything the HTML depends on: a book older than any of these is rebuilt, a fresh one reused.
-BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py \
+BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py tools/book_execute.py \
   tools/book_workbook.py \
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
@@ -100,6 +100,7 @@ notebooks: install
 $(BOOK_STAMP): $(STAMP) $(NODE_STAMP) $(BOOK_SOURCES)
 	rm -f $(BOOK_STAMP)
 	$(BIN)/python tools/book_assets.py
+	COURSE_LIB_BOOK=1 COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/python tools/book_execute.py
 	COURSE_LIB_BOOK=1 COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) \
 	  $(BIN)/jupyter-book build . --builder html -W -n --keep-going
 	touch $(BOOK_STAMP)

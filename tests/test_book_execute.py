@@ -1,0 +1,81 @@
+"""tools/book_execute.py: `make book` runs the chapters in parallel into the cache Sphinx reads.
+
+A tiny book of two notebooks: both run fresh (a stale cache entry is never served), Sphinx's
+lookup (myst-nb's ``match_cache_notebook``) finds each, and a chapter whose cell raises fails the
+step with its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from jupyter_cache import get_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import book_execute  # noqa: E402
+
+
+def _book(tmp_path: Path, second_cell: str) -> Path:
+    (tmp_path / "book").mkdir()
+    (tmp_path / "_toc.yml").write_text(yaml.safe_dump({
+        "format": "jb-book", "root": "book/intro",
+        "parts": [{"caption": "Chapters", "chapters": [
+            {"file": "book/one", "sections": [{"file": "book/two"}]}, {"file": "book/notes"}]}]}))
+    (tmp_path / "_config.yml").write_text(yaml.safe_dump({"execute": {"timeout": 60}}))
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n")
+    (tmp_path / "book" / "notes.md").write_text("# Notes\n")
+    for name, src in (("one", "print(6 * 7)"), ("two", second_cell)):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        nbformat.write(nb, tmp_path / "book" / f"{name}.ipynb")
+    return tmp_path
+
+
+def test_the_toc_notebooks_in_order_and_the_configured_timeout(tmp_path):
+    root = _book(tmp_path, "1")
+    assert book_execute.toc_notebooks(root) == [root / "book" / "one.ipynb",
+                                                root / "book" / "two.ipynb"]
+    assert book_execute.cell_timeout(root) == 60
+    assert book_execute.cell_timeout(ROOT) == yaml.safe_load(
+        (ROOT / "_config.yml").read_text())["execute"]["timeout"]
+    chapters = book_execute.toc_notebooks(ROOT)
+    assert len(chapters) == 12 and chapters[0].name == "01_library_analogy.ipynb"
+
+
+@pytest.mark.slow
+def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys):
+    root = _book(tmp_path, "import os\nprint(os.environ.get('BOOK_EXECUTE_MARK', 'unset'))")
+    cache_path = root / "_build" / ".jupyter_cache"
+    assert book_execute.main(root, cache_path) == 0
+    assert "executed 2 of 2 chapters" in capsys.readouterr().out
+
+    def outputs(name: str) -> str:
+        nb = nbformat.read(root / "book" / f"{name}.ipynb", as_version=4)
+        _, merged = get_cache(str(cache_path)).merge_match_into_notebook(nb)
+        return merged.cells[0].outputs[0]["text"]
+
+    assert outputs("one") == "42\n" and outputs("two") == "unset\n"
+    # The next build empties the cache: the same code runs again (here it prints another value).
+    import os
+    os.environ["BOOK_EXECUTE_MARK"] = "second build"
+    try:
+        assert book_execute.main(root, cache_path) == 0
+    finally:
+        del os.environ["BOOK_EXECUTE_MARK"]
+    assert outputs("two") == "second build\n"
+
+
+@pytest.mark.slow
+def test_a_chapter_that_raises_fails_with_its_traceback(tmp_path, capsys):
+    root = _book(tmp_path, "raise ValueError('chapter two is broken')")
+    assert book_execute.main(root, root / "_build" / ".jupyter_cache") == 1
+    err = capsys.readouterr().err
+    assert "FAILED book/two.ipynb" in err and "chapter two is broken" in err
+    assert "FAILED book/one.ipynb" not in err
