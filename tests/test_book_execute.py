@@ -50,7 +50,8 @@ def test_the_toc_notebooks_in_order_and_the_configured_timeout(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys):
+def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))   # kernels' files
     root = _book(tmp_path, "import os\nprint(os.environ.get('BOOK_EXECUTE_MARK', 'unset'))")
     cache_path = root / "_build" / ".jupyter_cache"
     assert book_execute.main(root, cache_path) == 0
@@ -63,17 +64,14 @@ def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys):
 
     assert outputs("one") == "42\n" and outputs("two") == "unset\n"
     # The next build empties the cache: the same code runs again (here it prints another value).
-    import os
-    os.environ["BOOK_EXECUTE_MARK"] = "second build"
-    try:
-        assert book_execute.main(root, cache_path) == 0
-    finally:
-        del os.environ["BOOK_EXECUTE_MARK"]
+    monkeypatch.setenv("BOOK_EXECUTE_MARK", "second build")
+    assert book_execute.main(root, cache_path) == 0
     assert outputs("two") == "second build\n"
 
 
 @pytest.mark.slow
-def test_a_chapter_that_raises_fails_with_its_traceback(tmp_path, capsys):
+def test_a_chapter_that_raises_fails_with_its_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     root = _book(tmp_path, "raise ValueError('chapter two is broken')")
     assert book_execute.main(root, root / "_build" / ".jupyter_cache") == 1
     err = capsys.readouterr().err
