@@ -2,7 +2,9 @@
 
 Per page: no console errors or JS exceptions, no failed local request, no request to a non-local
 host at all, math rendered by the book's own MathJax, every image loaded, every player slider
-changes its frame, no raw widget JSON, every local link resolves. Across pages: previous/next
+changes its frame, no raw widget JSON, every local link resolves; on a numbered chapter, every
+figure has a caption and the title and every section heading carry their number (checked on the
+same visit: a page load is most of a browser test's time). Across pages: previous/next
 navigation walks the table of contents, and search finds "softmax". A screenshot of each
 chapter goes to ``_build/screenshots/``. Run with ``make browser`` (after ``make book``).
 """
@@ -121,6 +123,9 @@ def test_page(page_path, site, server, context, screenshots_dir):
     problems += check_math(page)
     problems += check_images(page)
     problems += check_widgets(page)
+    if page_path in numbered_chapters():    # read before the players' sliders move
+        problems += check_figure_captions(page)
+        problems += check_numbered_sections(page)
     problems += check_players(page)
     problems += [f"broken local link: {h}" for h in broken_local_links(page_path)]
     # late console errors (fonts, deferred scripts): wait for the fonts to finish, then a moment
@@ -213,20 +218,3 @@ def test_display_math_fits(page_path, width, site, server, browser):
     finally:
         ctx.close()
     assert not problems, f"{page_path} at {width} px:\n  " + "\n  ".join(problems)
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("page_path", polish_params())
-def test_figures_have_captions(page_path, site, server, context):
-    visit = open_page(context, server.base + page_path)
-    problems = check_figure_captions(visit.page)
-    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("page_path", numbered_chapters())
-def test_chapters_have_numbered_sections(page_path, site, server, context):
-    """_toc.yml numbers the chapters: the title and every section heading carry a number."""
-    visit = open_page(context, server.base + page_path)
-    problems = check_numbered_sections(visit.page)
-    assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
