@@ -54,7 +54,7 @@ def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys, 
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))   # kernels' files
     root = _book(tmp_path, "import os\nprint(os.environ.get('BOOK_EXECUTE_MARK', 'unset'))")
     cache_path = root / "_build" / ".jupyter_cache"
-    assert book_execute.main(root, cache_path) == 0
+    assert book_execute.main(["--jobs", "2"], root, cache_path) == 0
     assert "executed 2 of 2 chapters" in capsys.readouterr().out
 
     def outputs(name: str) -> str:
@@ -65,7 +65,7 @@ def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys, 
     assert outputs("one") == "42\n" and outputs("two") == "unset\n"
     # The next build empties the cache: the same code runs again (here it prints another value).
     monkeypatch.setenv("BOOK_EXECUTE_MARK", "second build")
-    assert book_execute.main(root, cache_path) == 0
+    assert book_execute.main([], root, cache_path) == 0
     assert outputs("two") == "second build\n"
 
 
@@ -73,7 +73,7 @@ def test_every_chapter_runs_fresh_into_the_cache_sphinx_reads(tmp_path, capsys, 
 def test_a_chapter_that_raises_fails_with_its_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     root = _book(tmp_path, "raise ValueError('chapter two is broken')")
-    assert book_execute.main(root, root / "_build" / ".jupyter_cache") == 1
+    assert book_execute.main(["--jobs", "2"], root, root / "_build" / ".jupyter_cache") == 1
     err = capsys.readouterr().err
     assert "FAILED book/two.ipynb" in err and "chapter two is broken" in err
     assert "FAILED book/one.ipynb" not in err

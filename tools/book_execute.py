@@ -1,33 +1,36 @@
-"""Execute the book's chapters for ``make book``, as many at a time as the machine has cores.
+"""Execute the book's chapters for ``make book``, into the cache the build then reads.
 
-    COURSE_LIB_BOOK=1 .venv/bin/python tools/book_execute.py
+    COURSE_LIB_BOOK=1 .venv/bin/python tools/book_execute.py [--jobs N]
 
-Sphinx reads the pages one after another (two of the book's extensions are not parallel-safe), so
-with ``execute_notebooks: force`` the build ran the twelve chapters one at a time while the other
-cores idled. This runs them first, in parallel, with jupyter-cache (the executor myst-nb itself
-uses in ``cache`` mode), into the cache the build then reads (``execute_notebooks: cache`` in
-``_config.yml``).
-
-Every build is still a fresh one: the cache is emptied first, so every chapter runs top to bottom
-in a fresh kernel, in ``book/`` (as under nbval), with this process's environment (the Makefile's
+Every build is a fresh one: the cache (myst-nb's jupyter-cache, ``execute_notebooks: cache`` in
+``_config.yml``) is emptied first, then every chapter of ``_toc.yml`` runs top to bottom in a
+fresh kernel, in ``book/`` (as under nbval), with this process's environment (the Makefile's
 ``COURSE_LIB_BOOK=1``: explorers as players). A chapter whose cell raises fails the build here,
-with its traceback, before Sphinx starts.
+with its traceback, before Sphinx starts; Sphinx then reads each chapter's run from the cache.
+
+Why a separate step: Sphinx reads the pages one after another (two of the book's extensions are
+not parallel-safe), so it could only run one chapter at a time. ``--jobs 2`` runs two at once;
+``make test`` does (its book is a test). ``make book`` keeps one at a time (``BOOK_JOBS=1``), so
+the live timings a published book shows were measured with no other chapter running beside them.
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import nbformat
 import yaml
 from jupyter_cache import get_cache
-from jupyter_cache.executors import load_executor
+from jupyter_cache.base import CacheBundleIn
+from jupyter_cache.executors.utils import single_nb_execution
 
 ROOT = Path(__file__).resolve().parent.parent
-# Where jupyter-book points myst-nb's cache (``execute.execute_cache_path`` left at its default).
+# Where jupyter-book points myst-nb's cache (``execute.cache`` of _config.yml left at its default).
 CACHE = ROOT / "_build" / ".jupyter_cache"
 
 
@@ -53,25 +56,45 @@ def cell_timeout(root: Path = ROOT) -> int:
     return int(yaml.safe_load((root / "_config.yml").read_text())["execute"]["timeout"])
 
 
-def main(root: Path = ROOT, cache_path: Path = CACHE) -> int:
-    """Empty ``cache_path``, run every chapter of ``root``'s table of contents into it; 0 if all
-    ran without an error, else 1 (each failure's traceback printed)."""
-    notebooks = toc_notebooks(root)
+def run_chapter(path: Path, timeout: int) -> tuple[str, str | None, float]:
+    """Run ``path`` in a fresh kernel from its own folder, as myst-nb's cache mode does:
+    (the executed notebook as JSON, the traceback if a cell raised, seconds)."""
+    nb = nbformat.read(path, as_version=4)
+    result = single_nb_execution(nb, cwd=str(path.parent), timeout=timeout, allow_errors=False,
+                                 meta_override=True)
+    return nbformat.writes(nb), (result.exc_string if result.err else None), result.time
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT, cache_path: Path = CACHE) -> int:
+    """0 if every chapter ran without an error (each then in the cache), else 1."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="chapters run at once")
+    args = parser.parse_args(argv)
+    notebooks, timeout = toc_notebooks(root), cell_timeout(root)
     shutil.rmtree(cache_path, ignore_errors=True)
     cache = get_cache(str(cache_path))
-    for nb in notebooks:
-        cache.add_nb_to_project(str(nb))
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    executor = load_executor("local-parallel", cache, logger=logging.getLogger("book_execute"))
-    start = time.perf_counter()
-    result = executor.run_and_cache(timeout=cell_timeout(root), allow_errors=False)
-    print(f"executed {len(result.succeeded)} of {len(notebooks)} chapters in "
-          f"{time.perf_counter() - start:.0f} s")
-    failed = result.excepted + result.errored
-    for uri in failed:
-        record = cache.get_project_record(uri)
-        print(f"FAILED {Path(uri).relative_to(root)}\n{record.traceback or ''}", file=sys.stderr)
-    return 1 if failed or len(result.succeeded) != len(notebooks) else 0
+    start, failed = time.perf_counter(), []
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = {path: pool.submit(run_chapter, path, timeout) for path in notebooks}
+        for path, run in runs.items():
+            name = path.relative_to(root).as_posix()
+            try:
+                executed, traceback, seconds = run.result()
+            except Exception as e:   # the kernel died or could not start: a failure, reported
+                executed, traceback, seconds = "", f"{type(e).__name__}: {e}", 0.0
+            if traceback is not None:
+                failed.append(name)
+                print(f"FAILED {name}\n{traceback}", file=sys.stderr)
+                continue
+            record = cache.add_nb_to_project(str(path))
+            cache.cache_notebook_bundle(
+                CacheBundleIn(nbformat.reads(executed, as_version=4), record.uri,
+                              data={"execution_seconds": seconds}),
+                check_validity=False, overwrite=True)
+            print(f"executed {name} in {seconds:.1f} s")
+    print(f"executed {len(notebooks) - len(failed)} of {len(notebooks)} chapters in "
+          f"{time.perf_counter() - start:.0f} s, {max(1, args.jobs)} at a time")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
