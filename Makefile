@@ -19,8 +19,8 @@ SANDBOX_PROGRESS := $(CURDIR)/_build/.progress-sandbox/progress
 NBVAL_PERTURBED := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
 
 # Everything the HTML depends on: a book older than any of these is rebuilt, a fresh one reused.
-BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py tools/book_execute.py \
-  tools/book_workbook.py \
+BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book_assets.py \
+  tools/book_execute.py tools/book_workbook.py \
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
@@ -101,7 +101,8 @@ notebooks: install
 	$(BIN)/python tools/execute_notebooks.py
 
 # Chapters executed at once before Sphinx reads them (tools/book_execute.py). One for the book you
-# publish: its live timings are measured with nothing else running; `make test` builds with two.
+# publish: its live timings are measured with nothing else running; `make test` builds with two
+# (before publishing a book `make test` built, `make book-force`).
 BOOK_JOBS ?= 1
 
 # --all: Sphinx re-reads every page (else only changed sources, and a chapter whose notebook did
