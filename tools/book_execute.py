@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / ".jupyter_cache"
 
 
-def toc_notebooks(root: Path = ROOT) -> list[Path]:
-    """The ``.ipynb`` pages of ``_toc.yml``, in its order."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
+def toc_files(root: Path = ROOT) -> list[str]:
+    """Every page of ``_toc.yml`` as written there (``book/03_softmax``), root first, in order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
     files = [toc["root"]]
 
     def walk(entries: list[dict] | None) -> None:
@@ -48,7 +48,12 @@ def toc_notebooks(root: Path = ROOT) -> list[Path]:
     for part in toc.get("parts", []):
         walk(part.get("chapters"))
     walk(toc.get("chapters"))
-    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").is_file()]
+    return files
+
+
+def toc_notebooks(root: Path = ROOT) -> list[Path]:
+    """The ``.ipynb`` pages of ``_toc.yml``, in its order."""
+    return [root / f"{f}.ipynb" for f in toc_files(root) if (root / f"{f}.ipynb").is_file()]
 
 
 def cell_timeout(root: Path = ROOT) -> int:

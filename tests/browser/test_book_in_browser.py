@@ -12,14 +12,18 @@ chapter goes to ``_build/screenshots/``. Run with ``make browser`` (after ``make
 from __future__ import annotations
 
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-import yaml
 
 from .conftest import ROOT, SITE
+
+sys.path.insert(0, str(ROOT / "tools"))
+from book_execute import toc_files  # the one reading of _toc.yml
+
 from .probe import (
     DEFAULT_TIMEOUT_MS,
     check_figure_captions,
@@ -46,19 +50,7 @@ def site_pages() -> list[str]:
 
 def toc_order() -> list[str]:
     """Pages in reading order according to _toc.yml (root first)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    docs = [toc["root"]]
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                docs.append(e["file"])
-            walk(e.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [re.sub(r"\.(md|ipynb)$", "", d) + ".html" for d in docs]
+    return [re.sub(r"\.(md|ipynb)$", "", d) + ".html" for d in toc_files(ROOT)]
 
 
 def is_chapter(page: str) -> bool:
