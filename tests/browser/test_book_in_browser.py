@@ -1,10 +1,12 @@
 """Open every page of the built book (``_build/html``) in headless Chromium and check it works.
 
-Per page: no console errors or JS exceptions, no failed local request, no request to a non-local
-host at all, math rendered by the book's own MathJax, every image loaded, every player slider
-changes its frame, no raw widget JSON, every local link resolves; on a numbered chapter, every
-figure has a caption and the title and every section heading carry their number (checked on the
-same visit: a page load is most of a browser test's time). Across pages: previous/next
+Per page, at a desktop width (1400 px): no console errors or JS exceptions, no failed local
+request, no request to a non-local host at all, math rendered by the book's own MathJax, no
+display equation cut off or even in need of its scrollbar (long ones are broken into lines), every
+image loaded, every player slider changes its frame, no raw widget JSON, every local link
+resolves; on a numbered chapter, every figure has a caption and the title and every section
+heading carry their number (all checked on the same visit: a page load is most of a browser
+test's time; the phone width is test_phone's). Across pages: previous/next
 navigation walks the table of contents, and search finds "softmax". A screenshot of each
 chapter goes to ``_build/screenshots/``. Run with ``make browser`` (after ``make book``).
 """
@@ -62,10 +64,6 @@ def numbered_chapters() -> list[str]:
     return [p for p in toc_order() if re.match(r"book/\d\d_[^/]+\.html$", p)]
 
 
-def polish_params() -> list[str]:
-    return numbered_chapters()
-
-
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -98,9 +96,13 @@ def broken_local_links(page: str) -> list[str]:
     return broken
 
 
+#: The desktop viewport: the width at which no display equation may need scrolling.
+DESKTOP = {"width": 1400, "height": 900}
+
+
 @pytest.fixture
 def context(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    ctx = browser.new_context(viewport=DESKTOP)
     ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
     yield ctx
     ctx.close()
@@ -113,6 +115,7 @@ def test_page(page_path, site, server, context, screenshots_dir):
     page = visit.page
     problems = []
     problems += check_math(page)
+    problems += check_math_fits(page, strict=True)
     problems += check_images(page)
     problems += check_widgets(page)
     if page_path in numbered_chapters():    # read before the players' sliders move
@@ -194,19 +197,3 @@ def test_search_finds_softmax(site, server, context):
 def test_every_toc_page_was_built(site):
     missing = [p for p in toc_order() if not (site / p).is_file()]
     assert not missing, f"pages in _toc.yml missing from the build: {missing}"
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("page_path", polish_params())
-@pytest.mark.parametrize("width", [1400, 400])
-def test_display_math_fits(page_path, width, site, server, browser):
-    """At a desktop and at a phone width, no display equation is cut off: every one stays inside
-    the text column, and at 1400 px none even needs its scrollbar (long ones are broken into
-    lines). At 400 px a wide one may scroll, but never invisibly."""
-    ctx = browser.new_context(viewport={"width": width, "height": 900})
-    try:
-        visit = open_page(ctx, server.base + page_path)
-        problems = check_math(visit.page) + check_math_fits(visit.page, strict=width >= 1400)
-    finally:
-        ctx.close()
-    assert not problems, f"{page_path} at {width} px:\n  " + "\n  ".join(problems)

@@ -4,6 +4,9 @@
   the list icon the page contents (pydata-sphinx-theme issue #2451; book/_static/course.js).
 * No page scrolls sideways, and nothing sticks out of the screen except inside the boxes that
   scroll on their own: code blocks, display math, tables and players' frames.
+* Every equation is rendered and none is cut off: a display equation wider than the screen
+  stays inside the text column and can be scrolled to (at 1400 px none may need scrolling:
+  test_book_in_browser's ``test_page``).
 * Every player's text is at least 10 px high as shown (``data-min-text-px`` of
   ``course_lib.toolkit.explorer.Explorer.player_html`` times the image's display scale).
 """
@@ -12,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from .probe import open_page
-from .test_book_in_browser import site_pages
+from .probe import check_math, check_math_fits, open_page
+from .test_book_in_browser import DESKTOP, site_pages
 
 PHONE = {"width": 390, "height": 844}
 MIN_TEXT_PX = 10.0
@@ -79,7 +82,7 @@ def phone(browser):
 @pytest.mark.parametrize("page_path", site_pages())
 def test_a_page_on_a_phone(page_path, site, server, phone):
     page = open_page(phone, server.base + page_path).page
-    problems = []
+    problems = check_math(page) + check_math_fits(page, strict=False)
 
     overflow = page.evaluate(_OVERFLOW_JS, SCROLLERS)
     if overflow["scroll"] > 0:
@@ -109,7 +112,7 @@ def test_a_page_on_a_phone(page_path, site, server, phone):
 @pytest.mark.parametrize("page_path", ["book/intro.html", "book/08_flash.html"])
 def test_the_hamburger_hides_and_shows_the_sidebar_on_a_desktop(page_path, site, server,
                                                                 browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx = browser.new_context(viewport=DESKTOP)
     try:
         page = open_page(ctx, server.base + page_path).page
         sidebar = page.locator("#pst-primary-sidebar")
