@@ -60,6 +60,16 @@ def test_figures():
     assert fitted["seconds"]["a"] == pytest.approx(2.0)
     assert "slope 2.0" in axes[0].get_legend().get_texts()[0].get_text()
     plt.close(fig)
+    # memory fitted on its own range: a noisy small point below min_n_memory is left out
+    noisy = [{**r, "peak_bytes": r["peak_bytes"] + (2**20 if r["n"] == 128 else 0)}
+             for r in records]
+    fig, axes = plt.subplots(1, 2)
+    both = cplots.plot_measured(axes, noisy, min_n=128)
+    apart = cplots.plot_measured(axes, noisy, min_n=128, min_n_memory=256)
+    assert both["peak_bytes"]["a"] < 1.8
+    assert apart["peak_bytes"]["a"] == pytest.approx(2.0)
+    assert apart["seconds"]["a"] == pytest.approx(2.0)
+    plt.close(fig)
     fig, ax = plt.subplots()
     cplots.plot_rate_vs_n(ax, [{"impl": "a", "n": 256, "rate": 10.0},
                                {"impl": "a", "n": 512, "rate": 5.0}], cliff_n=300)

@@ -53,12 +53,14 @@ def plot_memory_vs_n(ax: plt.Axes, ns: Sequence[int], heads: int,
 
 
 def plot_measured(axes: Sequence[plt.Axes], records: list[dict[str, Any]],
-                  title_suffix: str = "", min_n: int = 0) -> dict[str, dict[str, float]]:
+                  title_suffix: str = "", min_n: int = 0,
+                  min_n_memory: int | None = None) -> dict[str, dict[str, float]]:
     """Two log-log panels from :func:`.helpers.sweep` records: time and peak extra
-    memory vs n, one line per implementation, slope (fitted on ``n >= min_n``) in the legend.
-    Returns the slopes."""
+    memory vs n, one line per implementation, slope in the legend: time fitted on
+    ``n >= min_n``, memory on ``n >= min_n_memory`` (default ``min_n``). Returns the slopes."""
     fitted = {"seconds": cx.slopes(records, "seconds", min_n),
-              "peak_bytes": cx.slopes(records, "peak_bytes", min_n)}
+              "peak_bytes": cx.slopes(records, "peak_bytes",
+                                      min_n if min_n_memory is None else min_n_memory)}
     for ax, metric, unit, scale in [(axes[0], "seconds", "CPU time (ms)", 1e3),
                                     (axes[1], "peak_bytes", "peak extra memory (MiB)", 2**-20)]:
         for name in dict.fromkeys(r["impl"] for r in records):
