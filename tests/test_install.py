@@ -12,9 +12,10 @@ import time
 import warnings
 from datetime import datetime
 from pathlib import Path
-from queue import Empty
 
 import pytest
+
+from course_lib.toolkit.kernel_polling import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "book" / "07_complexity.ipynb"
@@ -57,32 +58,11 @@ def test_non_editable_install_runs_the_complexity_chapter(tmp_path, monkeypatch,
     start = time.perf_counter()
     with client.setup_kernel():
         ready = time.perf_counter() - start
-        _poll_shell_in_slices(client.kc)
+        poll_shell_in_slices(client.kc)
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
     _warn_if_slow(nb, time.perf_counter() - start, ready)
     assert expected >= 2 and _figures(json.loads(nbformat.writes(nb))) == expected
-
-
-def _poll_shell_in_slices(kc, step: float = 1.0) -> None:
-    """Wait for shell replies in ``step``-second polls instead of one poll as long as the cell
-    limit. Beside CPU-bound work, a reply sent right after the widget explorer's burst of IOPub
-    messages was seen only when nbclient's poll ended: 599.5-599.7 s late with the 600 s limit, 3
-    of 5 runs 59.7 s late with a 60 s one; polled in 1 s slices, 5 of 5 runs under the same load
-    had no pause over 0.02 s between cells."""
-    whole = kc.shell_channel.get_msg
-
-    async def get_msg(timeout: float | None = None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = step if deadline is None else max(0.0, min(step, deadline - time.monotonic()))
-            try:
-                return await whole(timeout=left)
-            except Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-
-    kc.shell_channel.get_msg = get_msg
 
 
 def _stamp(ex: dict, key: str) -> datetime:

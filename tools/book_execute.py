@@ -22,12 +22,17 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import yaml
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
+
+from course_lib.toolkit.kernel_polling import poll_shell_in_slices
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where jupyter-book points myst-nb's cache (``execute.cache`` of _config.yml left at its default).
@@ -61,12 +66,25 @@ def cell_timeout(root: Path = ROOT) -> int:
     return int(yaml.safe_load((root / "_config.yml").read_text())["execute"]["timeout"])
 
 
+class SlicedPollingKernelManager(AsyncKernelManager):
+    """nbclient's kernel manager, whose clients wait for shell replies in 1 s polls
+    (``course_lib.toolkit.kernel_polling``): given to the ``NotebookClient`` that jupyter-cache
+    creates as its ``kernel_manager_class``, so the client still starts and shuts down its own
+    kernel."""
+
+    def client(self, **kwargs: Any) -> AsyncKernelClient:
+        kc = super().client(**kwargs)
+        poll_shell_in_slices(kc)
+        return kc
+
+
 def run_chapter(path: Path, timeout: int) -> tuple[str, str | None, float]:
     """Run ``path`` in a fresh kernel from its own folder, as myst-nb's cache mode does:
     (the executed notebook as JSON, the traceback if a cell raised, seconds)."""
     nb = nbformat.read(path, as_version=4)
     result = single_nb_execution(nb, cwd=str(path.parent), timeout=timeout, allow_errors=False,
-                                 meta_override=True)
+                                 meta_override=True,
+                                 kernel_manager_class=SlicedPollingKernelManager)
     return nbformat.writes(nb), (result.exc_string if result.err else None), result.time
 
 

@@ -102,6 +102,8 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+    from ..kernel_polling import poll_shell_in_slices
+
     workdir = Path(job.workdir)
     scratch = workdir / "scratch"
     env = _kernel_env(job, scratch)
@@ -115,8 +117,14 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
     def on_cell_execute(cell: Any, cell_index: int) -> None:
         current["cell"] = cell_index + 1
 
+    def on_notebook_start(notebook: Any) -> None:
+        # The kernel client is up and no cell has run: wait for each reply in 1 s polls, not in
+        # one poll as long as the cell limit (see kernel_polling; the limit itself is kept).
+        poll_shell_in_slices(client.kc)
+
     client = NotebookClient(notebook, km=km, timeout=job.cell_timeout, allow_errors=True,
                             record_timing=False, on_cell_execute=on_cell_execute,
+                            on_notebook_start=on_notebook_start,
                             resources={"metadata": {"path": str(scratch)}})
 
     async def execute() -> None:
@@ -127,12 +135,12 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
     status, detail = "ran", ""
     try:
         asyncio.run(asyncio.wait_for(execute(), job.notebook_timeout))
+    except CellTimeoutError:   # first: it is a TimeoutError too
+        status = "timeout"
+        detail = f"cell {current['cell']} ran over {job.cell_timeout:g} s"
     except (asyncio.TimeoutError, TimeoutError):
         status = "timeout"
         detail = f"the notebook ran over {job.notebook_timeout:g} s (at cell {current['cell']})"
-    except CellTimeoutError:
-        status = "timeout"
-        detail = f"cell {current['cell']} ran over {job.cell_timeout:g} s"
     except DeadKernelError:
         status = "crashed"
         detail = (f"the kernel died in cell {current['cell']} (memory cap "
