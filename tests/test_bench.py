@@ -248,3 +248,82 @@ def test_chapter_tables_from_known_numbers():
     checks = bench.checks_table(data)
     assert checks.count("\n") == 2 + 4 * 2 - 1 and "| yes |" in checks
     assert "B=1, H=8, d=64" in bench.describe_run(data)
+
+
+def test_a_participant_out_of_device_memory_is_recorded_not_fatal(monkeypatch):
+    """On CUDA every participant is called once before the rounds: one that runs out of memory
+    (the naive path at n = 16384 on a GPU) becomes a skipped row saying so."""
+    from course_lib.toolkit.bench import sweep
+
+    real = sweep.attention
+
+    def attention_or_oom(impl, **kw):
+        run = real(impl, **kw)
+        if impl != "reference":
+            return run
+
+        def oom():
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+        return oom
+
+    monkeypatch.setattr(sweep, "attention", attention_or_oom)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    common = dict(batch=1, heads=2, n=32, d=8, causal=False, dtype="float32", device="cuda:0",
+                  backward=False, seed=0)
+    common_cpu = {**common, "device": "cpu"}
+    runs, oom = sweep._fitting_participants(["reference", "flash"], common_cpu, probe=True)
+    assert list(runs) == ["flash"]
+    assert oom == {"reference": "out of memory on cpu: CUDA out of memory"}
+    assert common["device"] == "cuda:0"
+    runs, oom = sweep._fitting_participants(["reference", "flash"], common_cpu, probe=False)
+    assert list(runs) == ["reference", "flash"] and oom == {}    # CPU: no probe, no call
+
+
+def test_driver_version_from_nvidia_smi_or_none(monkeypatch):
+    import subprocess
+
+    from course_lib.toolkit.bench import machine
+
+    def fake_run(cmd, **kw):
+        assert cmd[0] == "nvidia-smi"
+        return subprocess.CompletedProcess(cmd, 0, stdout="580.159.04\n", stderr="")
+
+    monkeypatch.setattr(machine.subprocess, "run", fake_run)
+    assert machine.nvidia_driver_version() == "580.159.04"
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError(cmd[0])
+
+    monkeypatch.setattr(machine.subprocess, "run", missing)
+    assert machine.nvidia_driver_version() is None
+
+
+def test_chapter_bench_command_takes_a_device(tmp_path):
+    from course_lib.toolkit.bench import script
+
+    seen = []
+
+    def run(lengths, repeats, device="cpu"):
+        seen.append((lengths, repeats, device))
+        return {"device": device}
+
+    out = script.run_and_write(run, "doc", lambda d: tmp_path / f"r-{d}.json", [8],
+                               ["--device", "cuda", "--repeats", "2"], devices=("cpu", "cuda"))
+    assert out == tmp_path / "r-cuda.json" and seen == [([8], 2, "cuda")]
+    assert json.loads(out.read_text()) == {"device": "cuda"}
+    with pytest.raises(SystemExit):     # no --device where the benchmark has no devices
+        script.run_and_write(lambda lengths, repeats: {}, "doc", tmp_path / "x.json", [8],
+                             ["--device", "cuda"])
+    fixed = script.run_and_write(lambda lengths, repeats: {"n": lengths}, "doc",
+                                 tmp_path / "x.json", [8], ["--lengths", "4", "5"])
+    assert json.loads(fixed.read_text()) == {"n": [4, 5]}
+
+
+def test_inputs_on_the_cpu_are_the_seeded_cpu_draws():
+    """The committed CPU results were drawn with the CPU generator: still the same numbers."""
+    from course_lib.toolkit.bench.workloads import make_inputs
+
+    q, k, v = make_inputs(1, 2, 5, 3, seed=7)
+    g = torch.Generator().manual_seed(7)
+    for got in (q, k, v):
+        assert torch.equal(got, torch.randn(1, 2, 5, 3, generator=g))

@@ -202,3 +202,45 @@ def test_tf32_emulation_changes_float32_dots_only_inside_the_context():
     err = lambda o: float((o.double() - want).abs().max())   # noqa: E731
     assert err(exact) < 2e-6 and err(again) == err(exact)
     assert 1e-4 < err(tf32) < 1e-2                      # TF32: 10 mantissa bits in the dots
+
+
+# --------------------------------------------------------------------------- GPU benchmark's check
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_benchmark_check_measures_the_kernels_against_float32(causal):
+    """The check the GPU run records (bench.errors_vs_float32), here under the interpreter with a
+    ragged length, a GPU-sized query block and separate backward tiles: float32 inputs agree with
+    the float32 reference to round-off, and a planted wrong kernel is caught."""
+    from course_lib.chapters.ch09_flash_triton import bench
+
+    found = bench.errors_vs_float32(80, 16, causal, torch.float32, "cpu", config=(64, 32, 4, 2),
+                                    bwd_config=(32, 32, None, None), backends=("math",),
+                                    batch=1, heads=2)
+    assert set(found["triton"]) == {"out", "lse", "dq", "dk", "dv"}
+    assert max(found["triton"].values()) < 1e-5, found
+    assert max(found["math"].values()) < 1e-5, found
+    half = bench.errors_vs_float32(80, 16, causal, torch.float16, "cpu", batch=1, heads=2)
+    assert 1e-5 < half["triton"]["out"] < 5e-3      # fp16 inputs: rounding shows, and stays small
+
+
+def test_gpu_benchmark_check_catches_a_wrong_forward(monkeypatch):
+    from course_lib.chapters.ch09_flash_triton import bench
+
+    right = kernels.flash_forward
+
+    def off_by_scale(q, k, v, is_causal=False, *args):
+        return right(q * 1.1, k, v, is_causal, *args)
+
+    monkeypatch.setattr(kernels, "flash_forward", off_by_scale)
+    found = bench.errors_vs_float32(64, 16, False, torch.float32, "cpu", batch=1, heads=1)
+    assert found["triton"]["out"] > 1e-2 and found["triton"]["lse"] > 1e-2
+
+
+def test_gpu_benchmark_refuses_to_time_without_a_gpu():
+    from course_lib.chapters.ch09_flash_triton import bench
+
+    if torch.cuda.is_available() and not chapter.INTERPRETED:
+        pytest.skip("a GPU is present")
+    with pytest.raises(SystemExit, match="CUDA"):
+        bench.run([64])

@@ -177,7 +177,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     a, b = a.contiguous(), b.contiguous()
     M, K = a.shape
     N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype)
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
     matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
     return c
@@ -289,7 +289,7 @@ def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     B, H, N, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
-    lse = torch.empty((B, H, N), dtype=torch.float32)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(N, 32), B * H)              # (query block, batch · head)
     qk_scale = math.log2(math.e) / math.sqrt(D)      # log2(e) folded into 1/√D
     flash_fwd_kernel[grid](q, k, v, out, lse, N, qk_scale, IS_CAUSAL=is_causal,
@@ -547,7 +547,7 @@ def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
     B, H, L, E = q.shape
     S = k.shape[-2]
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
-    delta = torch.empty((B, H, L), dtype=torch.float32)          # D = rowsum(dO ∘ O)
+    delta = torch.empty((B, H, L), dtype=torch.float32, device=q.device)  # D = rowsum(dO ∘ O)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(E)
     flash_bwd_delta_kernel[(triton.cdiv(L, 32), B * H)](out, dout, delta, L, BLOCK_M=32, E=E)

@@ -121,19 +121,28 @@ def flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, qk_scale,
     tl.store(lse_ptr + bh * N + rows, lse, mask=rows < N)
 
 
+def _launch_options(num_warps: int | None, num_stages: int | None) -> dict[str, int]:
+    """Triton's per-launch GPU settings, passed only when given (the interpreter ignores them)."""
+    return {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages))
+            if v is not None}
+
+
 def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
-                  block_m: int = 32, block_n: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+                  block_m: int = 32, block_n: int = 32, num_warps: int | None = None,
+                  num_stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out (B, H, N, D), lse (B, H, N) float32)``; one program per (query block, batch·head).
 
     ``block_m`` must be a multiple of ``block_n`` (the diagonal tiles are whole key blocks).
+    ``num_warps``, ``num_stages``: Triton's launch settings on a GPU (None: Triton's defaults).
     """
     B, H, N, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
-    lse = torch.empty((B, H, N), dtype=torch.float32)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(N, block_m), B * H)
     flash_fwd_kernel[grid](q, k, v, out, lse, N, LOG2E / math.sqrt(D), IS_CAUSAL=is_causal,
-                           BLOCK_M=block_m, BLOCK_N=block_n, D=D)
+                           BLOCK_M=block_m, BLOCK_N=block_n, D=D,
+                           **_launch_options(num_warps, num_stages))
     return out, lse
 
 
@@ -229,7 +238,8 @@ def flash_bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
 
 def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, dout: torch.Tensor, is_causal: bool = False,
-                   block_m: int = 32, block_n: int = 32
+                   block_m: int = 32, block_n: int = 32, num_warps: int | None = None,
+                   num_stages: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` from the forward's ``out`` and ``lse``: three launches (D, dK/dV, dQ).
 
@@ -240,15 +250,15 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
     S = k.shape[-2]
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
     lse = lse.contiguous().float()
-    delta = torch.empty((B, H, L), dtype=torch.float32)
+    delta = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(E)
     flash_bwd_delta_kernel[(triton.cdiv(L, block_m), B * H)](out, dout, delta, L,
                                                              BLOCK_M=block_m, E=E)
     flash_bwd_dkdv_kernel[(triton.cdiv(S, block_n), B * H)](
         q, k, v, dout, lse, delta, dk, dv, L, S, scale, IS_CAUSAL=is_causal, BLOCK_M=block_m,
-        BLOCK_N=block_n, E=E)
+        BLOCK_N=block_n, E=E, **_launch_options(num_warps, num_stages))
     flash_bwd_dq_kernel[(triton.cdiv(L, block_m), B * H)](
         q, k, v, dout, lse, delta, dq, L, S, scale, IS_CAUSAL=is_causal, BLOCK_M=block_m,
-        BLOCK_N=block_n, E=E)
+        BLOCK_N=block_n, E=E, **_launch_options(num_warps, num_stages))
     return dq, dk, dv

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 import torch
@@ -69,4 +70,18 @@ def machine_info(device: str = "cpu") -> dict[str, object]:
         info["device_name"] = torch.cuda.get_device_name(dev)
         info["cuda_version"] = torch.version.cuda
         info["cudnn_version"] = torch.backends.cudnn.version()
+        info["driver_version"] = nvidia_driver_version()
+        props = torch.cuda.get_device_properties(dev)
+        info["multiprocessors"] = props.multi_processor_count
+        info["device_memory_bytes"] = props.total_memory
     return info
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA driver's version as ``nvidia-smi`` reports it (None without nvidia-smi)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else None

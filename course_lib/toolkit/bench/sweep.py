@@ -121,7 +121,7 @@ def _run_sweep(
     for c, n in configs:
         common = dict(batch=batch, heads=heads, n=n, d=d, causal=c, dtype=dtype, device=device,
                       backward=backward, seed=seed)
-        participants = {i: attention(i, **common) for i in runs(n)}
+        participants, out_of_memory = _fitting_participants(runs(n), common, is_cuda)
         participants[MATMUL] = matmul(matmul_size, dtype, device, seed)
 
         def step(name: str, r: int, n: int = n, c: bool = c) -> None:
@@ -146,6 +146,9 @@ def _run_sweep(
                 if TORCH_IMPL in times and impl != TORCH_IMPL:
                     ratios = _paired_ratios(times[impl], times[TORCH_IMPL])
                     row["time_vs_torch_paired_median"] = summarize(ratios)["median_s"]
+            elif impl in out_of_memory:
+                row["skipped"] = out_of_memory[impl]
+                row["out_of_memory"] = True
             else:
                 row["skipped"] = f"naive path skipped above n={naive_max_n} (--naive-max-n)"
             results.append(row)
@@ -174,7 +177,13 @@ def _run_sweep(
         else:
             measured = []
             for (f, kw, wkw), r in zip(specs, points, strict=True):
-                measured.append(measure_peak_memory(f, kw, warmup_kwargs=wkw, threads=threads))
+                try:
+                    measured.append(measure_peak_memory(f, kw, warmup_kwargs=wkw,
+                                                        threads=threads))
+                except torch.OutOfMemoryError:   # fitted when timed, not once more beside
+                    gc.collect()                 # the allocator's cache: no figure
+                    torch.cuda.empty_cache()
+                    measured.append({"peak_extra_bytes": None, "source": "out of memory"})
                 bar.set_postfix_str(f"memory {'causal ' if r['causal'] else ''}n={r['n']} "
                                     f"{r['impl']}", refresh=False)
                 bar.update()
@@ -207,6 +216,29 @@ def _run_sweep(
                                               "keeps every tile P"},
     }
     return {"schema": SCHEMA, "meta": meta, "results": results}
+
+
+def _fitting_participants(impls: Sequence[str], common: dict[str, Any], probe: bool
+                          ) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """``(runs, out_of_memory)``: each implementation's ``run()``, called once first when
+    ``probe`` (CUDA) so one that runs out of device memory is recorded (its reason in
+    ``out_of_memory``) instead of ending the sweep."""
+    participants: dict[str, Callable[[], object]] = {}
+    out_of_memory: dict[str, str] = {}
+    for impl in impls:
+        try:
+            run = attention(impl, **common)
+            if probe:
+                run()
+                torch.cuda.synchronize()
+            participants[impl] = run
+        except torch.OutOfMemoryError as e:
+            run = None
+            out_of_memory[impl] = f"out of memory on {common['device']}: " + \
+                str(e).split(".")[0]
+            gc.collect()
+            torch.cuda.empty_cache()
+    return participants, out_of_memory
 
 
 def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int], *,

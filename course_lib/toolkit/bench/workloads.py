@@ -47,14 +47,21 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def make_inputs(batch: int, heads: int, n: int, d: int, dtype: str | torch.dtype = "float32",
                 device: str = "cpu", seed: int = 0, requires_grad: bool = False):
-    """Random ``q, k, v`` of shape ``(B, H, n, d)`` (standard normal, seeded)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    shape = (batch, heads, n, d)
+    """Random ``q, k, v`` of shape ``(B, H, n, d)`` (standard normal, seeded; drawn on the CPU,
+    or on the accelerator when ``device`` is one: drawing GiBs on one CPU thread takes seconds)."""
     out = []
-    for _ in range(3):
-        x = torch.randn(shape, generator=gen).to(device=device, dtype=resolve_dtype(dtype))
-        out.append(x.requires_grad_(requires_grad))
+    for x in _randn(3, (batch, heads, n, d), device, seed):
+        out.append(x.to(dtype=resolve_dtype(dtype)).requires_grad_(requires_grad))
     return tuple(out)
+
+
+def _randn(count: int, shape: tuple[int, ...], device: str | torch.device, seed: int
+           ) -> list[torch.Tensor]:
+    """``count`` seeded standard-normal float32 tensors on ``device``."""
+    where = torch.device(device)
+    gen_device = "cpu" if where.type == "cpu" else where
+    gen = torch.Generator(device=gen_device).manual_seed(seed)
+    return [torch.randn(shape, generator=gen, device=gen_device).to(where) for _ in range(count)]
 
 
 def attention(impl: str, batch: int, heads: int, n: int, d: int, causal: bool = False,
@@ -97,9 +104,7 @@ def allocate(nbytes: int, device: str = "cpu") -> Callable[[], object]:
 def matmul(size: int, dtype: str = "float32", device: str = "cpu",
            seed: int = 0) -> Callable[[], object]:
     """``run()`` computing one ``(size, size) @ (size, size)`` product."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    a, b = (torch.randn(size, size, generator=gen).to(device=device, dtype=resolve_dtype(dtype))
-            for _ in range(2))
+    a, b = (x.to(dtype=resolve_dtype(dtype)) for x in _randn(2, (size, size), device, seed))
     return lambda: a @ b
 
 
