@@ -157,3 +157,77 @@ def test_gpu_regime_model_l2_versus_main_memory():
     assert lines[2].endswith("| above |") and lines[3].endswith("| below |")
     with pytest.raises(ValueError, match="flash_l2"):
         flash_tools.arithmetic_intensity(8, 8, "tiled")
+
+
+# --------------------------------------------------------------------------- GPU sweeps
+
+
+def _gpu_run(backward=False):
+    """A two-length sweep by hand: known times, one out-of-memory row."""
+    def row(impl, n, seconds=None, peak=None, oom=False):
+        r = {"impl": impl, "n": n, "causal": False, "backward": backward, "flops": 1e12}
+        if oom:
+            return {**r, "skipped": "out of memory on cuda: CUDA out of memory",
+                    "out_of_memory": True}
+        return {**r, "median_s": seconds, "gflops_median": 1e3 / seconds,
+                "frac_matmul": (1e3 / seconds) / 500e3, "peak_extra_bytes": peak}
+    results = [row("reference", 1024, 0.1, 4 * 2**20), row("reference", 2048, oom=True),
+               row("flash", 1024, 0.05, 2**20), row("flash", 2048, 0.2, 2 * 2**20),
+               row("sdpa", 1024, 0.004, 2**19), row("sdpa", 2048, 0.016, 2**20),
+               row("torch", 1024, 0.004, 2**19), row("torch", 2048, 0.016, 2**20)]
+    meta = {"dtype": "bfloat16", "d": 128, "backward": backward, "batch": 4, "heads": 16,
+            "rounds": 3, "device_name": "GPU", "multiprocessors": 132, "driver_version": "1.0",
+            "torch_version": "2", "cuda_version": "13", "cudnn_version": 9,
+            "timestamp_utc": "2026-11-26T00:00:00Z", "matmul": {"gflops_median": 500e3}}
+    return {"meta": meta, "results": results}
+
+
+def test_gpu_summaries_from_known_numbers():
+    from course_lib.chapters.ch08_flash import gpu
+
+    run = _gpu_run()
+    assert gpu.tflops(run, "sdpa") == {1024: 250.0, 2048: 62.5}
+    assert gpu.matmul_tflops(run) == 500.0
+    assert gpu.fraction_of_matmul(run, "sdpa")[1024] == pytest.approx(0.5)
+    assert gpu.time_ratio(run, "reference", "sdpa") == {1024: pytest.approx(25.0)}  # 2048: OOM
+    assert gpu.time_ratio(run, "flash", "sdpa")[2048] == pytest.approx(12.5)
+    assert gpu.peak_mib(run, "flash") == {1024: 1.0, 2048: 2.0}
+    assert gpu.out_of_memory(run, "reference") == [2048] and gpu.out_of_memory(run, "flash") == []
+    series, failed, ceiling = gpu.rate_series(run)
+    assert series["reference"] == [(1024, 10.0)] and failed["reference"] == [2048]
+    assert ceiling == 500.0
+    table = gpu.summary_table({("bfloat16", 128, False): run}, n=2048)
+    assert "| bfloat16 | 128 | forward | 500 | out of memory | 5.0 | 62.5 | 62.5 | 0.12 |" in table
+    assert "GPU (132 SMs), driver 1.0" in gpu.describe(run)
+
+
+def test_committed_gpu_sweeps_cover_the_grid():
+    from course_lib.chapters.ch08_flash import gpu
+
+    runs = gpu.gpu_runs()
+    assert set(runs) == {(dt, e, b) for dt in ("bfloat16", "float16") for e in (64, 128)
+                         for b in (False, True)}
+    for (dtype, e, backward), run in runs.items():
+        m = run["meta"]
+        assert (m["dtype"], m["d"], m["backward"]) == (dtype, e, backward)
+        assert m["device"].startswith("cuda") and m["batch"] == 4 and m["heads"] == 16
+        assert m["ns"] == [512, 1024, 2048, 4096, 8192, 16384] and m["causal"] == [False, True]
+        assert m["driver_version"] and m["cuda_version"] and m["cudnn_version"]
+        assert gpu.matmul_tflops(run) > 0
+        for impl in ("flash", "sdpa", "torch"):   # every length ran, causal or not
+            for causal in (False, True):
+                assert sorted(gpu.tflops(run, impl, causal)) == m["ns"], (dtype, e, impl)
+
+
+def test_rate_plot_draws_series_ceiling_and_failures():
+    from course_lib.toolkit.plotting import rate_plot
+
+    fig, ax = plt.subplots()
+    rate_plot(ax, {"a": [(2048, 3.0), (1024, 1.0)], "b": []}, 10.0, failed={"a": [4096]},
+              colors={"a": "#123456"})
+    lines = ax.get_lines()
+    assert list(lines[0].get_xdata()) == [1024, 2048]          # sorted by n
+    assert list(lines[1].get_xdata()) == [4096] and lines[1].get_marker() == "x"
+    assert lines[2].get_ydata()[0] == 10.0                      # the ceiling
+    assert ax.get_ylim()[1] == pytest.approx(11.2) and ax.get_xscale() == "log"
+    plt.close(fig)

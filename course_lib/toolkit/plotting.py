@@ -1,4 +1,4 @@
-"""Plotting primitives shared by every chapter: one style, one heatmap.
+"""Plotting primitives shared by every chapter: one style, one heatmap, one rate-vs-length plot.
 
 Figures use an opaque white background and mid-saturation colours so they read the same on the
 book's light and dark themes. Topic-specific figures live in
@@ -7,7 +7,7 @@ book's light and dark themes. Topic-specific figures live in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -77,3 +77,37 @@ def heatmap(
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return im
+
+
+def rate_plot(ax: plt.Axes, series: Mapping[str, Sequence[tuple[int, float]]],
+              ceiling: float | None = None, *, ceiling_label: str = "matmul rate, same run",
+              colors: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+              failed: Mapping[str, Sequence[int]] | None = None, unit: str = "TFLOP/s",
+              xlabel: str = "sequence length n (tokens)") -> None:
+    """Achieved rate against sequence length, one line per series, on a log2 x axis.
+
+    ``series``: name → ``[(n, rate)]``; ``ceiling``: the yardstick (a matmul's rate measured in
+    the same run) drawn as a dashed line; ``failed``: name → lengths where that series did not
+    run (out of memory), marked with an ``x`` on the x axis in the series' colour.
+    """
+    colors, labels, failed = colors or {}, labels or {}, failed or {}
+    for name, points in series.items():
+        if not points:
+            continue
+        ns, rates = zip(*sorted(points), strict=True)
+        ax.plot(ns, rates, "o-", ms=4, color=colors.get(name), label=labels.get(name, name))
+    for name, ns in failed.items():
+        if ns:
+            ax.plot(ns, [0] * len(ns), "x", ms=9, mew=2, color=colors.get(name), clip_on=False,
+                    label=f"{labels.get(name, name)}: out of memory")
+    if ceiling is not None:
+        ax.axhline(ceiling, color="0.3", ls="--", lw=1)
+        ax.text(0.02, ceiling, f"{ceiling_label} ({ceiling:.0f} {unit})", va="bottom",
+                transform=ax.get_yaxis_transform(), fontsize=8, color="0.25")
+        ax.set_ylim(0, ceiling * 1.12)
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"achieved {unit}")
+    ax.legend(fontsize=7, loc="center right")
