@@ -83,7 +83,7 @@ def rate_plot(ax: plt.Axes, series: Mapping[str, Sequence[tuple[int, float]]],
               ceiling: float | None = None, *, ceiling_label: str = "matmul rate, same run",
               colors: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               failed: Mapping[str, Sequence[int]] | None = None, unit: str = "TFLOP/s",
-              xlabel: str = "sequence length n (tokens)") -> None:
+              xlabel: str = "sequence length n (tokens)", legend_loc: str = "best") -> None:
     """Achieved rate against sequence length, one line per series, on a log2 x axis.
 
     ``series``: name → ``[(n, rate)]``; ``ceiling``: the yardstick (a matmul's rate measured in
@@ -110,4 +110,4 @@ def rate_plot(ax: plt.Axes, series: Mapping[str, Sequence[tuple[int, float]]],
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(f"achieved {unit}")
-    ax.legend(fontsize=7, loc="center right")
+    ax.legend(fontsize=7, loc=legend_loc)
