@@ -248,3 +248,19 @@ def test_window_masks_and_swin_flops():
                  "windowed": 2 * (4 * n * C * C + 2 * 49 * n * C)}
     x = torch.randn(16 * 16, 8)
     assert cx.count_flops(vision.windowed_scores_and_mix, x, 16, 16, 4) == 4 * 16 * 256 * 8
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+def test_sweep_measures_memory_in_a_fresh_process():
+    """The chapter's sweep (memory="fresh"): every point in one fresh process, where the naive
+    path's peak is exactly its (1, 8, n, n) temporaries: x4 per doubling of n."""
+    impls = {"reference": reference.scaled_dot_product_attention}
+    recs = cx.sweep(impls, ns=(256, 512), heads=8, d=64, repeats=1, min_total_s=0.0,
+                    progress=False, memory="fresh")
+    small, large = (r["peak_bytes"] for r in recs)
+    one_scores = cx.score_matrix_bytes(512, heads=8)
+    assert 3.8 < large / small < 4.2 and 1.5 * one_scores <= large <= 4.5 * one_scores
+    with pytest.raises(ValueError, match="benchmark's own"):
+        cx.sweep({"reference": lambda q, k, v: q}, ns=(8,), memory="fresh", progress=False)
+    with pytest.raises(ValueError, match="memory must be"):
+        cx.sweep(impls, ns=(8,), memory="subprocess", progress=False)

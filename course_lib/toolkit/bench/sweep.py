@@ -244,7 +244,7 @@ def _fitting_participants(impls: Sequence[str], common: dict[str, Any], probe: b
 def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Sequence[int], *,
                 batch: int = 1, heads: int = 8, d: int = 64, repeats: int = 3, seed: int = 0,
                 min_total_s: float = 0.1, threads: int | None = 1, clock: str = "cpu",
-                progress: bool = True) -> list[dict[str, Any]]:
+                progress: bool = True, memory: str = "in-process") -> list[dict[str, Any]]:
     """A sweep small enough to run live in a chapter: time and in-process peak extra memory of
     each implementation on ``(batch, heads, n, d)`` inputs.
 
@@ -252,11 +252,25 @@ def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Seq
     ``min_total_s`` seconds of runs (many runs for quick calls, so one of them escapes the noise
     of a shared machine). By default it runs on ``threads=1`` (restored afterwards) and reads the
     CPU clock: the CPU time one thread spends is what the FLOP count predicts, whatever else the
-    machine is doing. Memory: :func:`~.memory.peak_extra_memory` (the full sweep measures in a
-    fresh process instead). Returns one record per (implementation, n): ``impl, n, seconds``
+    machine is doing. Memory: ``memory="in-process"`` reads :func:`~.memory.peak_extra_memory`
+    around each call, in this process; ``"fresh"`` measures every point in one fresh subprocess
+    (:func:`~.memory.measure_peak_memory_many`), away from this process's other threads (a
+    notebook kernel's message queues grow and shrink on their own under load); it needs the
+    implementations to be the benchmark's own, by name (:func:`~.workloads.implementations`).
+    Returns one record per (implementation, n): ``impl, n, seconds``
     (best), its split ``user_seconds``/``system_seconds`` (CPU clock only), ``peak_bytes``,
     ``flops`` (4·B·H·n²·d) and ``gflops_per_s``.
     """
+    if memory not in ("in-process", "fresh"):
+        raise ValueError(f"memory must be 'in-process' or 'fresh', got {memory!r}")
+    if memory == "fresh":
+        from . import workloads  # the parameter ``implementations`` hides the function
+
+        known = workloads.implementations(contrast=True)
+        foreign = [name for name, fn in implementations.items() if known.get(name) is not fn]
+        if foreign:
+            raise ValueError(f"memory='fresh' measures the benchmark's own implementations by "
+                             f"name; not one of them: {foreign}")
     records = []
     # In the HTML book a progress bar would be a dead widget: only live sessions show one.
     with torch_threads(threads), tqdm(total=len(implementations) * len(ns), desc="sweep",
@@ -269,11 +283,17 @@ def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Seq
 
                 seconds, user, system = best_time(call, repeats=repeats,
                                                   min_total_s=min_total_s, clock=clock)
-                peak = peak_extra_memory(call, repeats=1)
+                peak = peak_extra_memory(call, repeats=1) if memory == "in-process" else None
                 flops = attention_flops(batch, heads, n, d)
                 records.append({"impl": name, "n": n, "seconds": seconds, "user_seconds": user,
                                 "system_seconds": system, "peak_bytes": peak,
                                 "flops": flops, "gflops_per_s": flops / seconds / 1e9})
                 bar.set_postfix_str(f"{name} n={n}", refresh=False)
                 bar.update()
+    if memory == "fresh":
+        specs = [("attention", kw, {**kw, "n": min(kw["n"], 128)}) for kw in
+                 (dict(impl=r["impl"], batch=batch, heads=heads, n=r["n"], d=d, seed=seed + r["n"])
+                  for r in records)]
+        for r, m in zip(records, measure_peak_memory_many(specs, threads=threads), strict=True):
+            r["peak_bytes"] = m["peak_extra_bytes"]
     return records
