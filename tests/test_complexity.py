@@ -253,13 +253,15 @@ def test_window_masks_and_swin_flops():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 def test_sweep_measures_memory_in_a_fresh_process():
     """The chapter's sweep (memory="fresh"): every point in one fresh process, where the naive
-    path's peak is exactly its (1, 8, n, n) temporaries: x4 per doubling of n."""
+    path's peak is its (1, 8, n, n) temporaries: x4 per doubling of n. (At n = 256, measured
+    first, one-off allocations of a few MiB can still show: 10.4 MiB once in a make test run,
+    6 MiB otherwise; from 512 on they are a small share.)"""
     impls = {"reference": reference.scaled_dot_product_attention}
-    recs = cx.sweep(impls, ns=(256, 512), heads=8, d=64, repeats=1, min_total_s=0.0,
+    recs = cx.sweep(impls, ns=(512, 1024), heads=8, d=64, repeats=1, min_total_s=0.0,
                     progress=False, memory="fresh")
     small, large = (r["peak_bytes"] for r in recs)
-    one_scores = cx.score_matrix_bytes(512, heads=8)
-    assert 3.8 < large / small < 4.2 and 1.5 * one_scores <= large <= 4.5 * one_scores
+    one_scores = cx.score_matrix_bytes(1024, heads=8)
+    assert 3.5 < large / small < 4.5 and 1.5 * one_scores <= large <= 4.5 * one_scores
     with pytest.raises(ValueError, match="benchmark's own"):
         cx.sweep({"reference": lambda q, k, v: q}, ns=(8,), memory="fresh", progress=False)
     with pytest.raises(ValueError, match="memory must be"):

@@ -245,7 +245,7 @@ def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Seq
                 batch: int = 1, heads: int = 8, d: int = 64, repeats: int = 3, seed: int = 0,
                 min_total_s: float = 0.1, threads: int | None = 1, clock: str = "cpu",
                 progress: bool = True, memory: str = "in-process") -> list[dict[str, Any]]:
-    """A sweep small enough to run live in a chapter: time and in-process peak extra memory of
+    """A sweep small enough to run live in a chapter: time and peak extra memory of
     each implementation on ``(batch, heads, n, d)`` inputs.
 
     Each point is :func:`~.timing.best_time`: best of at least ``repeats`` runs and of at least
