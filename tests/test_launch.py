@@ -116,12 +116,23 @@ PROBE = textwrap.dedent('''
     print(json.dumps({"file": course_lib.__file__, "attempts": _progress.attempts()}))
 ''')
 
+# The shell-reply polling of course_lib.toolkit.kernel_polling, loaded from its file (standard
+# library only): course_lib itself is not importable until the setup cell has installed it.
+# Without it, a loaded run waited out the whole 600 s poll after one cell's reply (seen once).
 RUNNER = textwrap.dedent('''
-    import sys, nbformat, nbclient
+    import importlib.util, sys, nbformat, nbclient
+    spec = importlib.util.spec_from_file_location("kernel_polling", sys.argv[3])
+    polling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(polling)
     nb = nbformat.read(sys.argv[1], as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3").execute()
+    client = nbclient.NotebookClient(
+        nb, timeout=600, startup_timeout=600, kernel_name="python3",
+        on_notebook_start=lambda notebook: polling.poll_shell_in_slices(client.kc))
+    client.execute()
     nbformat.write(nb, sys.argv[2])
 ''')
+KERNEL_POLLING = Path(__file__).resolve().parent.parent / "course_lib" / "toolkit" / \
+    "kernel_polling.py"
 
 
 @pytest.mark.slow
@@ -160,7 +171,8 @@ def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, c
     chapter.write_text(workbook.dumps(learner), encoding="utf-8")
     runner = tmp_path / "run.py"
     runner.write_text(RUNNER)
-    run = subprocess.run([python, str(runner), str(chapter), str(tmp_path / "out.ipynb")],
+    run = subprocess.run([python, str(runner), str(chapter), str(tmp_path / "out.ipynb"),
+                          str(KERNEL_POLLING)],
                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     probe = subprocess.run([python, "-c", PROBE], env=env, capture_output=True, text=True,

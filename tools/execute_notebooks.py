@@ -26,6 +26,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from course_lib.toolkit.kernel_polling import poll_shell_in_slices
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
@@ -51,7 +53,8 @@ def execute(path: Path, timeout: int) -> tuple[Path, float]:
         os.environ.update(env)
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 record_timing=False,
-                                resources={"metadata": {"path": str(path.parent)}})
+                                resources={"metadata": {"path": str(path.parent)}},
+                                on_notebook_start=lambda notebook: poll_shell_in_slices(client.kc))
         client.execute()
     nbformat.write(nb, path)
     return path, time.perf_counter() - start
