@@ -198,7 +198,10 @@ def test_gpu_summaries_from_known_numbers():
     assert ceiling == 500.0
     table = gpu.summary_table({("bfloat16", 128, False): run}, n=2048)
     assert "| bfloat16 | 128 | forward | 500 | out of memory | 5.0 | 62.5 | 62.5 | 0.12 |" in table
-    assert "GPU (132 SMs), driver 1.0" in gpu.describe(run)
+    from course_lib.toolkit.bench import describe_run
+
+    assert "GPU (132 SMs), driver 1.0, CUDA 13, cuDNN 9" in describe_run(
+        {**run, "meta": {**run["meta"], "device": "cuda:0", "threads": 16}})
 
 
 def test_committed_gpu_sweeps_cover_the_grid():

@@ -72,16 +72,6 @@ def out_of_memory(run: dict[str, Any], impl: str, causal: bool = False) -> list[
     return sorted(n for n, r in _rows(run, impl, causal).items() if r.get("out_of_memory"))
 
 
-def describe(run: dict[str, Any]) -> str:
-    """One line: GPU, driver, torch/CUDA/cuDNN versions, shapes, rounds, date."""
-    m = run["meta"]
-    return (f"{m['device_name']} ({m.get('multiprocessors', '?')} SMs), driver "
-            f"{m.get('driver_version', '?')}, torch {m['torch_version']}, CUDA "
-            f"{m.get('cuda_version', '?')}, cuDNN {m.get('cudnn_version', '?')}; "
-            f"B = {m['batch']}, H = {m['heads']}, {m['rounds']} rounds; "
-            f"{m['timestamp_utc'][:10]}")
-
-
 def summary_table(runs: dict[Key, dict[str, Any]], n: int, causal: bool = False) -> str:
     """Markdown: one row per (dtype, E, pass) with each implementation's TFLOP/s at ``n``, the
     matmul rate of the same run, and the course SDPA's fraction of it."""

@@ -34,6 +34,7 @@ from course_lib.toolkit.bench import script
 from course_lib.toolkit.bench.flops import attention_flops
 from course_lib.toolkit.bench.machine import machine_info
 from course_lib.toolkit.bench.matmul import matmul_rate
+from course_lib.toolkit.bench.workloads import seeded_randn
 
 from . import kernels
 
@@ -71,9 +72,7 @@ def inputs(L: int, E: int, dtype: torch.dtype, device: str, seed: int = 0,
            batch: int = BATCH, heads: int = HEADS) -> tuple[torch.Tensor, ...]:
     """Seeded standard-normal ``q, k, v, dO`` of shape ``(batch, heads, L, E)``, drawn on
     ``device``."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    return tuple(torch.randn(batch, heads, L, E, generator=g, device=device).to(dtype)
-                 for _ in range(4))
+    return tuple(x.to(dtype) for x in seeded_randn(4, (batch, heads, L, E), device, seed))
 
 
 def errors_vs_float32(L: int, E: int, causal: bool, dtype: torch.dtype = torch.bfloat16,
@@ -117,7 +116,7 @@ def _median_ms(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
 
 
-def _timed(name: str, fn: Callable[[], object]) -> dict[str, Any]:
+def _timed(fn: Callable[[], object]) -> dict[str, Any]:
     """``{"ms": median}`` or ``{"error": why}`` (a backend that refuses, a config that does not
     fit the chip's shared memory)."""
     try:
@@ -171,13 +170,13 @@ def run(lengths=DEFAULT_LENGTHS, repeats: int = 3, device: str = "cuda") -> dict
         q, k, v, do = inputs(TUNE_AT, E, dtype, device)
         for config in CONFIGS:
             fwd, _ = _course_calls(q, k, v, do, False, config, config)
-            t = _timed("triton", fwd)
+            t = _timed(fwd)
             tuning.append({"E": E, "L": TUNE_AT, "pass": "forward", "config": list(config), **t})
             print("tune", E, config, t, flush=True)
         best[E] = _fastest(tuning, E, "forward", CONFIGS[0])
         for config in BWD_CONFIGS:
             _, fwd_bwd = _course_calls(q, k, v, do, False, best[E], config)
-            t = _timed("triton", fwd_bwd)
+            t = _timed(fwd_bwd)
             tuning.append({"E": E, "L": TUNE_AT, "pass": "forward+backward",
                            "config": list(config), **t})
             print("tune bwd", E, config, t, flush=True)
@@ -199,7 +198,7 @@ def run(lengths=DEFAULT_LENGTHS, repeats: int = 3, device: str = "cuda") -> dict
                 calls.update({b: _torch_calls(q, k, v, do, causal, b) for b in BACKENDS})
                 for impl, (fwd, fwd_bwd) in calls.items():
                     for backward, fn in ((False, fwd), (True, fwd_bwd)):
-                        t = _timed(impl, fn)
+                        t = _timed(fn)
                         row = {"impl": impl, "L": L, "E": E, "causal": causal,
                                "backward": backward,
                                "flops": attention_flops(BATCH, HEADS, L, E, causal, backward), **t}

@@ -33,14 +33,20 @@ def describe(data: dict[str, Any]) -> str:
             f"({data['batch']}, {data['heads']}), {data['dtype']}; {data['time_method']}")
 
 
-def ms(data: dict[str, Any], impl: str, L: int, E: int, causal: bool = False,
-       backward: bool = False) -> float | None:
-    """Median milliseconds of one call (None where it did not run)."""
+def _row(data: dict[str, Any], impl: str, L: int, E: int, causal: bool, backward: bool
+         ) -> dict[str, Any] | None:
     for r in data["rows"]:
         if (r["impl"], r["L"], r["E"], r["causal"], r["backward"]) == (impl, L, E, causal,
                                                                         backward):
-            return r.get("ms")
+            return r
     return None
+
+
+def ms(data: dict[str, Any], impl: str, L: int, E: int, causal: bool = False,
+       backward: bool = False) -> float | None:
+    """Median milliseconds of one call (None where it did not run)."""
+    row = _row(data, impl, L, E, causal, backward)
+    return None if row is None else row.get("ms")
 
 
 def share_of_best_torch(data: dict[str, Any], L: int, E: int, causal: bool = False,
@@ -78,13 +84,8 @@ def timing_table(data: dict[str, Any], L: int) -> str:
     for (length, E, causal, backward) in points(data):
         if length != L:
             continue
-        rates = []
-        for impl in IMPLS:
-            t = ms(data, impl, L, E, causal, backward)
-            row = next(r for r in data["rows"] if (r["impl"], r["L"], r["E"], r["causal"],
-                                                     r["backward"]) == (impl, L, E, causal,
-                                                                        backward))
-            rates.append("–" if t is None else f"{row['flops'] / (t * 1e-3) / 1e12:.0f}")
+        rows = [_row(data, impl, L, E, causal, backward) for impl in IMPLS]
+        rates = ["–" if r is None or "tflops" not in r else f"{r['tflops']:.0f}" for r in rows]
         lines.append(f"| {E} | {'causal' if causal else 'full'} | "
                      f"{'fwd+bwd' if backward else 'forward'} | " + " | ".join(rates) +
                      f" | {share_of_best_torch(data, L, E, causal, backward):.2f} |")

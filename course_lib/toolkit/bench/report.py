@@ -239,9 +239,13 @@ def checks_table(data: dict[str, Any]) -> str:
 
 
 def describe_run(data: dict[str, Any]) -> str:
-    """One line: machine, software and conditions of a run."""
+    """One line: machine, software and conditions of a run (a GPU's SMs, driver, CUDA and cuDNN
+    versions where the run recorded them)."""
     m = data["meta"]
-    return (f"{m.get('device_name', m['device'])}, {m['threads']} threads, "
+    gpu = (f" ({m.get('multiprocessors', '?')} SMs), driver {m['driver_version']}, CUDA "
+           f"{m.get('cuda_version', '?')}, cuDNN {m.get('cudnn_version', '?')}"
+           if m.get("driver_version") else "")
+    return (f"{m.get('device_name', m['device'])}{gpu}, {m['threads']} threads, "
             f"torch {m['torch_version']}, {m['dtype']}, B={m['batch']}, H={m['heads']}, "
             f"d={m['d']}, {m['rounds']} rounds, run {m.get('timestamp_utc', '?')}, "
             f"load average at start {m.get('load_average_start')}")

@@ -233,7 +233,6 @@ def _fitting_participants(impls: Sequence[str], common: dict[str, Any], probe: b
                 torch.cuda.synchronize()
             participants[impl] = run
         except torch.OutOfMemoryError as e:
-            run = None
             out_of_memory[impl] = f"out of memory on {common['device']}: " + \
                 str(e).split(".")[0]
             gc.collect()

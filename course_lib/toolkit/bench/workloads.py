@@ -50,14 +50,15 @@ def make_inputs(batch: int, heads: int, n: int, d: int, dtype: str | torch.dtype
     """Random ``q, k, v`` of shape ``(B, H, n, d)`` (standard normal, seeded; drawn on the CPU,
     or on the accelerator when ``device`` is one: drawing GiBs on one CPU thread takes seconds)."""
     out = []
-    for x in _randn(3, (batch, heads, n, d), device, seed):
+    for x in seeded_randn(3, (batch, heads, n, d), device, seed):
         out.append(x.to(dtype=resolve_dtype(dtype)).requires_grad_(requires_grad))
     return tuple(out)
 
 
-def _randn(count: int, shape: tuple[int, ...], device: str | torch.device, seed: int
+def seeded_randn(count: int, shape: tuple[int, ...], device: str | torch.device, seed: int
            ) -> list[torch.Tensor]:
-    """``count`` seeded standard-normal float32 tensors on ``device``."""
+    """``count`` seeded standard-normal float32 tensors of ``shape``, drawn on ``device`` with
+    a generator of that device (the CPU's on a CPU)."""
     where = torch.device(device)
     gen_device = "cpu" if where.type == "cpu" else where
     gen = torch.Generator(device=gen_device).manual_seed(seed)
@@ -104,7 +105,7 @@ def allocate(nbytes: int, device: str = "cpu") -> Callable[[], object]:
 def matmul(size: int, dtype: str = "float32", device: str = "cpu",
            seed: int = 0) -> Callable[[], object]:
     """``run()`` computing one ``(size, size) @ (size, size)`` product."""
-    a, b = (x.to(dtype=resolve_dtype(dtype)) for x in _randn(2, (size, size), device, seed))
+    a, b = (x.to(dtype=resolve_dtype(dtype)) for x in seeded_randn(2, (size, size), device, seed))
     return lambda: a @ b
 
 
