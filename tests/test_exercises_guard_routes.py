@@ -240,3 +240,33 @@ def test_patching_the_guard_class_inside_the_worker_changes_nothing():
 
     result = exercises.check("split_heads", sneaky)
     assert not result.passed and result.mistake == "course_call", result.message
+
+
+def test_a_course_helper_allowed_from_course_code_is_refused_when_called_directly(monkeypatch):
+    """The watch settles a code object's verdict once only for code that is not the course's:
+    ``causal_mask`` runs (allowed) inside the allowed ``sliding_window_mask``, and the same code
+    object called by the learner next is still refused."""
+    ex = exercises.get_exercise("split_heads")
+    monkeypatch.setattr(ex, "allowed_course_calls",
+                        ("course_lib.attention.masks.sliding_window_mask",))
+
+    def allowed_only(x, num_heads):
+        import sys
+
+        masks = sys.modules["course_lib.attention.masks"]
+        for _ in range(3):
+            masks.sliding_window_mask(4, window=2)       # calls causal_mask itself
+        B, L, D = x.shape
+        return x.reshape(B, L, num_heads, D // num_heads).transpose(1, 2)
+
+    def then_directly(x, num_heads):
+        import sys
+
+        allowed_only(x, num_heads)
+        return sys.modules["course_lib.attention.masks"].causal_mask(4) and None
+
+    result = exercises.check("split_heads", allowed_only)
+    assert result.passed, result.message
+    result = exercises.check("split_heads", then_directly)
+    assert not result.passed and result.mistake == "course_call", result.message
+    assert "causal_mask" in result.message.split("`")[1], result.message

@@ -128,6 +128,10 @@ class CourseGuard:
     def _allowed(self, names: tuple[str, ...]) -> bool:
         return any(n == a or n.startswith(a + ".") for n in names for a in self.allowed)
 
+    def plain(self, code: Any) -> bool:
+        """Whether :meth:`refused` found ``code`` not to be course code (a verdict for good)."""
+        return self._plain.get(id(code)) is code
+
     def refused(self, frame: Any) -> str | None:
         code = frame.f_code
         if self._plain.get(id(code)) is code:   # asked on every call: the common answer first

@@ -234,8 +234,9 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     """Call ``fn(*args)`` under the watch; never raises.
 
     ``course``: a guard with ``refused(frame) -> name | None`` (see ``_isolation``) that refuses
-    calls into the course's own code. ``outcome``: fill this one (the worker's audit hook
-    records into it too).
+    calls into the course's own code, and ``plain(code) -> bool``: whether ``code`` is judged
+    for good (not course code), so that its calls need not be asked about again. ``outcome``:
+    fill this one (the worker's audit hook records into it too).
     """
     outcome = CallOutcome() if outcome is None else outcome
     aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
@@ -260,23 +261,37 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
             raise _TimeLimit
         return local_trace
 
+    plain = course.plain if course is not None else None
+    # Code objects judged once for good: neither forbidden nor course code (or the learner's
+    # own), by identity -> what to return. A Triton kernel under the interpreter makes hundreds
+    # of thousands of calls; judging each afresh tripled the time of a chapter 9 check.
+    settled: dict[int, tuple[Any, Any]] = {}
+
     def global_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
             raise _TimeLimit
-        label = codes.get(frame.f_code)
+        code = frame.f_code
+        known = settled.get(id(code))
+        if known is not None and known[0] is code:
+            return known[1]
+        label = codes.get(code)
         if label is not None:
             if outcome.forbidden is None:
                 outcome.forbidden = label
             raise ForbiddenCall(label)
-        if refused is not None and own.get(id(frame.f_code)) is not frame.f_code:
+        settles = True
+        if refused is not None and own.get(id(code)) is not code:
             name = refused(frame)
             if name is not None:
                 if outcome.course_call is None:
                     outcome.course_call = name
                 raise ForbiddenCall(name)
-        if frame.f_code.co_filename.startswith(_NO_LINE_EVENTS):
-            return None  # no line events inside torch/triton: cheaper, no endless loops there
-        return local_trace
+            settles = plain(code)   # course code: allowed from this caller, maybe not another
+        # no line events inside torch/triton: cheaper, no endless loops there
+        tracer = None if code.co_filename.startswith(_NO_LINE_EVENTS) else local_trace
+        if settles:
+            settled[id(code)] = (code, tracer)
+        return tracer
 
     def target() -> None:
         try:
