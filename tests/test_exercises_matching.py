@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking import Case, Exercise, Mistake, _engine
 from course_lib.toolkit.checking._compare import same_output
 from course_lib.toolkit.checking._engine import run_check
 from course_lib.toolkit.checking._spec import DEFAULT_TOLERANCES
@@ -122,7 +122,9 @@ def test_a_random_seed_keeps_nothing():
 
 def test_a_kept_output_is_used_only_for_the_same_arguments():
     """A case generator that is not a function of the seed (here: of a counter) gets the mistake's
-    output on its own arguments, never the one kept for another check's."""
+    output on its own arguments, never the one kept for another check's: once its kept cases are
+    gone (here: cleared, as the byte limit would), the new cases differ from those the kept
+    mistake output was computed on."""
     made = []
 
     def drifting(gen):
@@ -134,4 +136,83 @@ def test_a_kept_output_is_used_only_for_the_same_arguments():
     learner = lambda x: 2 * x + 1        # noqa: E731
     for e in (ex, ex, other):
         assert run_check(e, learner, seed=3, isolate=False, watch=False).mistake == "plus_one"
+    assert len(made) == 2                      # ex's cases kept for seed 3; other's its own
+    _engine._SEEDED.clear()
+    assert run_check(ex, learner, seed=3, isolate=False, watch=False).mistake == "plus_one"
     assert [float(c[0]) for c in calls] == [1.0, 2.0, 3.0]
+
+
+def test_a_chosen_seeds_cases_and_answers_are_computed_once():
+    """Checks with one chosen seed share its cases and the oracle's answers (a class graded with
+    one seed, the statistical tests); another seed, or a random one, gets its own."""
+    generated, answered = [], []
+
+    def cases(gen):
+        generated.append(None)
+        return _random_cases(gen)
+
+    def oracle(x):
+        answered.append(x.clone())
+        return 2 * x
+
+    ex, _ = _counting_exercise(cases)
+    ex = Exercise(**{**ex.__dict__, "oracle": oracle})
+    right, wrong = (lambda x: 2 * x), (lambda x: 2 * x + 1)
+    for fn in (right, wrong, right):
+        run_check(ex, fn, seed=11, isolate=False, watch=False)
+    assert (len(generated), len(answered)) == (1, 2)      # once, not once per check
+    assert run_check(ex, right, seed=12, isolate=False, watch=False).passed
+    assert (len(generated), len(answered)) == (2, 4)
+    assert not torch.equal(answered[0], answered[2])
+    assert run_check(ex, right, isolate=False, watch=False).passed
+    assert (len(generated), len(answered)) == (3, 6)
+    assert sorted(seed for key, seed in _engine._SEEDED if key == id(ex)) == [11, 12]
+
+
+def test_kept_cases_stay_within_their_byte_limit(monkeypatch):
+    monkeypatch.setattr(_engine, "SEEDED_LIMIT", 4 * 8 * 4)    # room for 4 float32 tensors of 8
+    _engine._SEEDED.clear()
+    ex, _ = _counting_exercise(lambda gen: [Case("a", (torch.randn(8, generator=gen),))])
+    for seed in range(6):
+        assert run_check(ex, lambda x: 2 * x, seed=seed, isolate=False, watch=False).passed
+    kept = [seed for _, seed in _engine._SEEDED]
+    assert kept == [4, 5]            # each seed: 32 bytes of case, 32 of answer; oldest out first
+
+
+F32 = DEFAULT_TOLERANCES.__getitem__    # the float32 tolerance: (atol, rtol) by dtype
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("actual,expected,kind", [
+    ([1.0, 2.0], [1.0, 2.0], None),
+    ([1.0, 2.0 + 1e-7], [1.0, 2.0], None),                     # within tolerance
+    ([INF, 1.0], [INF, 1.0], None),                            # the same infinity
+    ([NAN, 1.0], [NAN, 1.0], None),                            # NaN where the answer has NaN
+    ([-INF, 1.0], [INF, 1.0], "inf"),                          # the other infinity
+    ([5.0, 1.0], [INF, 1.0], "values"),                        # finite where the answer is inf
+    ([0.0, 1.0], [-INF, 1.0], "values"),                       # a mask left out
+    ([INF, 1.0], [3.0, 1.0], "inf"),
+    ([NAN, 1.0], [3.0, 1.0], "nan"),
+    ([1.0, 2.5], [1.0, 2.0], "values"),
+])
+def test_compare_finds_each_kind_of_wrong_entry(actual, expected, kind):
+    """The comparison's shortcut (every entry close to a finite answer) never hides a NaN or an
+    infinity: each kind of wrong entry is still reported as such. A finite number never passes
+    for an infinite answer (rtol·∞ used to let any through)."""
+    from course_lib.toolkit.checking._compare import compare
+
+    problem = compare(torch.tensor(expected), torch.tensor(actual), F32)
+    assert (problem and problem.kind) == kind, problem
+
+
+def test_a_finite_output_does_not_match_an_infinite_one():
+    assert not same_output(torch.tensor([0.0, 1.0]), torch.tensor([-INF, 1.0]), F32)
+    assert same_output(torch.tensor([-INF, 1.0]), torch.tensor([-INF, 1.0]), F32)
+
+
+def test_compare_with_a_magnitude_that_is_not_finite_still_compares():
+    from course_lib.toolkit.checking._compare import compare
+
+    e, a = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])
+    assert compare(e, a, F32, magnitude=torch.tensor([1.0, NAN])).kind == "values"
+    assert compare(e, a, F32, magnitude=torch.tensor([1.0, 1e6])) is None   # cancellation

@@ -163,6 +163,15 @@ def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str,
                              f"index {_index(first)}")
     a64, e64 = a.double(), e.double()
     atol, rtol = tol(e.dtype)
+    scale = e64.abs()
+    if isinstance(magnitude, torch.Tensor) and magnitude.shape == e64.shape:
+        scale = torch.maximum(scale, magnitude.detach().double().abs())
+    # Within tolerance of a finite answer (an infinite one is matched only by itself, below:
+    # rtol·∞ would let any finite number pass for it).
+    close = ((a64 - e64).abs() <= atol + rtol * scale) & e64.isfinite()
+    # Every entry close, with a finite bound: no NaN, no inf, nothing below to find.
+    if bool(close.all()) and bool(scale.isfinite().all()):
+        return None
     nan_bad = a64.isnan() & ~e64.isnan()
     if nan_bad.any():
         first = nan_bad.nonzero()[0]
@@ -176,10 +185,7 @@ def _compare_tensor(expected: torch.Tensor, actual: Any, tol: Tol, what: str,
                               "finite (an overflow?).",
                        where=f"{int(inf_bad.sum())} inf entries, the first at index "
                              f"{_index(first)}")
-    scale = e64.abs()
-    if isinstance(magnitude, torch.Tensor) and magnitude.shape == e64.shape:
-        scale = torch.maximum(scale, magnitude.detach().double().abs())
-    same = (a64 == e64) | ((a64 - e64).abs() <= atol + rtol * scale)
+    same = (a64 == e64) | close
     same |= e64.isnan() & a64.isnan()
     if bool(same.all()):
         return None
@@ -240,9 +246,10 @@ def same_output(a: Any, b: Any, tol: Tol, slack: float = MATCH_SLACK) -> bool:
         return False
     a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
     atol, rtol = _loosest(tol, a, b)
-    ok = (a64 == b64) | (_nothing(a64) & _nothing(b64)) \
-        | ((a64 - b64).abs() <= slack * (atol + rtol * b64.abs()))
-    return bool(ok.all())
+    close = ((a64 - b64).abs() <= slack * (atol + rtol * b64.abs())) & b64.isfinite()
+    if bool(close.all()):
+        return True
+    return bool((close | (a64 == b64) | (_nothing(a64) & _nothing(b64))).all())
 
 
 def _loosest(tol: Tol, *values: Any) -> tuple[float, float]:

@@ -189,8 +189,8 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     chosen = seed is not None
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timeout = ex.time_limit if timeout is None else timeout
-    gen = torch.Generator().manual_seed(seed)
-    cases = ex.cases(gen)
+    seeded = _seeded(ex, seed) if chosen else _Seeded(ex, seed)
+    cases = seeded.cases
     tol = ex.tolerance
     guard = CourseGuard(ex.allowed_course_calls) if refuse_course else None
     if not isolate and not watch:
@@ -208,7 +208,46 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
             return failed
         if prepared.untouched:
             return not_attempted(ex)
-        return _run_cases(ex, cases, stream, tol, timeout, seed if chosen else None)
+        return _run_cases(ex, seeded, stream, tol, timeout, seed if chosen else None)
+
+
+class _Seeded:
+    """An exercise's cases for one seed, and the oracle's answers to them (each computed when
+    first needed, then kept)."""
+
+    def __init__(self, ex: Exercise, seed: int) -> None:
+        self.ex = ex
+        self.cases: list[Case] = ex.cases(torch.Generator().manual_seed(seed))
+        self._answers: dict[int, Any] = {}
+        self.nbytes = _nbytes([c.args for c in self.cases])
+
+    def expected(self, index: int) -> Any:
+        if index not in self._answers:
+            answer = self.ex.oracle(*fresh_args(self.cases[index].args)[0])
+            self._answers[index] = answer
+            self.nbytes += _nbytes(answer)
+        return self._answers[index]
+
+
+#: The cases and answers of chosen seeds, most recent last. The cases are a function of the
+#: exercise and the seed, so checks with one seed share them: a class graded with one seed, the
+#: statistical tests (every mistake of an exercise checked on each seed), and the kept mistake
+#: outputs below then recognise their cases by identity. A random seed (a learner's check) never
+#: recurs: nothing is kept for it.
+_SEEDED: OrderedDict[tuple[int, int], _Seeded] = OrderedDict()
+SEEDED_LIMIT = 64 * 2 ** 20     # bytes of tensors kept (the entry in use is always kept)
+
+
+def _seeded(ex: Exercise, seed: int) -> _Seeded:
+    key = (id(ex), seed)
+    kept = _SEEDED.get(key)
+    if kept is not None and kept.ex is ex:   # an entry holds ``ex``: its id is not reused
+        _SEEDED.move_to_end(key)
+    else:
+        kept = _SEEDED[key] = _Seeded(ex, seed)
+    while len(_SEEDED) > 1 and sum(k.nbytes for k in _SEEDED.values()) > SEEDED_LIMIT:
+        _SEEDED.popitem(last=False)
+    return kept
 
 
 def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
@@ -224,12 +263,13 @@ def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
     return modified
 
 
-def _run_cases(ex: Exercise, cases: list[Case], stream: Any, tol: Any,
+def _run_cases(ex: Exercise, seeded: _Seeded, stream: Any, tol: Any,
                timeout: float, seed: int | None) -> CheckResult:
     runs: list[_Run] = []
     printed = False
+    cases = seeded.cases
     for index, (case, out) in enumerate(zip(cases, stream, strict=False)):
-        expected = ex.oracle(*fresh_args(case.args)[0])
+        expected = seeded.expected(index)
         printed = printed or bool(out.printed.strip())
         where = describe_case(ex.params, case)
         if out.timed_out:
@@ -356,6 +396,8 @@ def _nbytes(value: Any) -> int:
 
 def _same_args(a: Any, b: Any) -> bool:
     """Whether two cases' arguments are equal (tensors: shape, dtype and values, NaN included)."""
+    if a is b:   # the same seed's kept cases (see _SEEDED)
+        return True
     try:
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
