@@ -120,7 +120,7 @@ def test_a_random_seed_keeps_nothing():
     assert len(calls) == 4
 
 
-def test_a_kept_output_is_used_only_for_the_same_arguments():
+def test_a_kept_output_is_used_only_for_the_same_arguments(monkeypatch):
     """A case generator that is not a function of the seed (here: of a counter) gets the mistake's
     output on its own arguments, never the one kept for another check's: once its kept cases are
     gone (here: cleared, as the byte limit would), the new cases differ from those the kept
@@ -137,7 +137,8 @@ def test_a_kept_output_is_used_only_for_the_same_arguments():
     for e in (ex, ex, other):
         assert run_check(e, learner, seed=3, isolate=False, watch=False).mistake == "plus_one"
     assert len(made) == 2                      # ex's cases kept for seed 3; other's its own
-    _engine._SEEDED.clear()
+    monkeypatch.setattr(_engine, "_SEEDED", type(_engine._SEEDED)())
+    monkeypatch.setattr(_engine, "_SEEDED_BYTES", [0])
     assert run_check(ex, learner, seed=3, isolate=False, watch=False).mistake == "plus_one"
     assert [float(c[0]) for c in calls] == [1.0, 2.0, 3.0]
 
@@ -171,12 +172,14 @@ def test_a_chosen_seeds_cases_and_answers_are_computed_once():
 
 def test_kept_cases_stay_within_their_byte_limit(monkeypatch):
     monkeypatch.setattr(_engine, "SEEDED_LIMIT", 4 * 8 * 4)    # room for 4 float32 tensors of 8
-    _engine._SEEDED.clear()
+    monkeypatch.setattr(_engine, "_SEEDED", type(_engine._SEEDED)())
+    monkeypatch.setattr(_engine, "_SEEDED_BYTES", [0])
     ex, _ = _counting_exercise(lambda gen: [Case("a", (torch.randn(8, generator=gen),))])
     for seed in range(6):
         assert run_check(ex, lambda x: 2 * x, seed=seed, isolate=False, watch=False).passed
     kept = [seed for _, seed in _engine._SEEDED]
     assert kept == [4, 5]            # each seed: 32 bytes of case, 32 of answer; oldest out first
+    assert _engine._SEEDED_BYTES[0] == sum(k.nbytes for k in _engine._SEEDED.values()) == 128
 
 
 F32 = DEFAULT_TOLERANCES.__getitem__    # the float32 tolerance: (atol, rtol) by dtype

@@ -220,12 +220,16 @@ class _Seeded:
         self.cases: list[Case] = ex.cases(torch.Generator().manual_seed(seed))
         self._answers: dict[int, Any] = {}
         self.nbytes = _nbytes([c.args for c in self.cases])
+        self.kept = False       # counted in _SEEDED_BYTES
 
     def expected(self, index: int) -> Any:
         if index not in self._answers:
             answer = self.ex.oracle(*fresh_args(self.cases[index].args)[0])
             self._answers[index] = answer
-            self.nbytes += _nbytes(answer)
+            size = _nbytes(answer)
+            self.nbytes += size
+            if self.kept:
+                _SEEDED_BYTES[0] += size
         return self._answers[index]
 
 
@@ -235,6 +239,7 @@ class _Seeded:
 #: outputs below then recognise their cases by identity. A random seed (a learner's check) never
 #: recurs: nothing is kept for it.
 _SEEDED: OrderedDict[tuple[int, int], _Seeded] = OrderedDict()
+_SEEDED_BYTES = [0]
 SEEDED_LIMIT = 64 * 2 ** 20     # bytes of tensors kept (the entry in use is always kept)
 
 
@@ -244,9 +249,16 @@ def _seeded(ex: Exercise, seed: int) -> _Seeded:
     if kept is not None and kept.ex is ex:   # an entry holds ``ex``: its id is not reused
         _SEEDED.move_to_end(key)
     else:
+        if kept is not None:
+            kept.kept = False
+            _SEEDED_BYTES[0] -= kept.nbytes
         kept = _SEEDED[key] = _Seeded(ex, seed)
-    while len(_SEEDED) > 1 and sum(k.nbytes for k in _SEEDED.values()) > SEEDED_LIMIT:
-        _SEEDED.popitem(last=False)
+        kept.kept = True
+        _SEEDED_BYTES[0] += kept.nbytes
+    while len(_SEEDED) > 1 and _SEEDED_BYTES[0] > SEEDED_LIMIT:
+        _, gone = _SEEDED.popitem(last=False)
+        gone.kept = False
+        _SEEDED_BYTES[0] -= gone.nbytes
     return kept
 
 
