@@ -56,7 +56,7 @@ def make_inputs(batch: int, heads: int, n: int, d: int, dtype: str | torch.dtype
 
 
 def seeded_randn(count: int, shape: tuple[int, ...], device: str | torch.device, seed: int
-           ) -> list[torch.Tensor]:
+                 ) -> list[torch.Tensor]:
     """``count`` seeded standard-normal float32 tensors of ``shape``, drawn on ``device`` with
     a generator of that device (the CPU's on a CPU)."""
     where = torch.device(device)
