@@ -6,12 +6,28 @@ message, naming the argument and the shapes, whichever implementation they picke
 
 from __future__ import annotations
 
+import sys
+
 import torch
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .masks import causal_mask
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _causal_bias_module():
+    """``torch.nn.attention.bias`` if something imported it, else ``None``.
+
+    A ``CausalBias`` can only exist once that module is imported, so it is never imported here:
+    it pulls in ``torch._dynamo`` (about a second), which every process importing the course
+    would otherwise pay for (a notebook's kernel, the CLI, each graded notebook).
+    """
+    return sys.modules.get("torch.nn.attention.bias")
+
+
+def _is_causal_bias(attn_mask) -> bool:
+    bias = _causal_bias_module()
+    return bias is not None and isinstance(attn_mask, bias.CausalBias)
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -85,7 +101,7 @@ def check_sdpa_args(
                 f"batch dims of query {_shape(query)}, key {_shape(key)} and value "
                 f"{_shape(value)} do not broadcast"
             ) from None
-    if isinstance(attn_mask, CausalBias):
+    if _is_causal_bias(attn_mask):
         if is_causal:
             raise ValueError("a CausalBias attn_mask already is a causal mask: do not also pass "
                              "is_causal=True (torch raises here too)")
@@ -108,8 +124,9 @@ def causal_alignment(query: torch.Tensor, key: torch.Tensor, attn_mask, is_causa
       align="bottom_right")``, broadcast against the scores; when ``(Lb, Sb)`` is the scores'
       ``(L, S)`` we return ``"bottom_right"`` instead, so that no ``(L, S)`` mask is needed.
     """
-    if not isinstance(attn_mask, CausalBias):
+    if not _is_causal_bias(attn_mask):
         return attn_mask, ("top_left" if is_causal else None)
+    CausalVariant = _causal_bias_module().CausalVariant
     Lb, Sb = attn_mask.seq_len_q, attn_mask.seq_len_kv
     if attn_mask.variant == CausalVariant.UPPER_LEFT or Lb == Sb:
         return None, "top_left"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,18 +18,14 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.animation import FuncAnimation
 
-BOOK_ENV = "COURSE_LIB_BOOK"
+from .book import book_mode
+
 # What a notebook shows for an explorer whose kernel is gone (a reload, a reopened notebook, a
 # fresh workbook): the text/plain of its output, instead of the widget's repr "VBox(children=...".
 LIVE_FALLBACK = "Run this cell to show the live explorer."
 # The book's players are drawn so that their smallest text is at least this many pixels high at the
 # image's own size; on a phone the frame keeps that size and scrolls sideways (course.css).
 PLAYER_MIN_TEXT_PX = 10.5
-
-
-def book_mode() -> bool:
-    """True while the HTML book is being built (``COURSE_LIB_BOOK=1``)."""
-    return os.environ.get(BOOK_ENV, "") == "1"
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..explorer import book_mode
+from ..book import book_mode
 from .flops import FLOP_CONVENTION, attention_flops
 from .machine import load_average, machine_info
 from .matmul import default_matmul_size, rate_from_times

@@ -1,0 +1,50 @@
+"""`import course_lib` stays light: every process that starts the course pays for it (a notebook's
+kernel, the CLI, each notebook a grader runs, each check's worker).
+
+torch itself is needed. ``torch._dynamo`` (through ``torch.nn.attention.bias``) and matplotlib
+(through the benchmark's progress bars) are not, and together they tripled the import time; they
+load when something uses them. A ``CausalBias`` mask made after the import still works, because
+the course looks for it only once its module is loaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+FRESH_PROCESS = textwrap.dedent("""
+    import sys
+    import course_lib
+    heavy = sorted(m for m in ("torch._dynamo", "matplotlib", "torch.nn.attention.bias", "triton")
+                   if m in sys.modules)
+    print("heavy:", heavy)
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right   # imported after course_lib
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(4, 6))
+    for name, attend in course_lib.IMPLEMENTATIONS.items():
+        got = attend(q, k, v, attn_mask=causal_lower_right(4, 6))
+        print(name, float((got - want).abs().max()) < 1e-5)
+        try:
+            attend(q, k, v, attn_mask=causal_lower_right(4, 6), is_causal=True)
+            print(name, "accepted is_causal with a CausalBias")
+        except ValueError as e:
+            print(name, "refused:", "CausalBias" in str(e))
+""")
+
+
+def test_import_leaves_dynamo_and_matplotlib_unloaded_and_causal_bias_still_works():
+    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "heavy: []", lines[0]
+    # The lower-right bias (L = 4 < S = 6) is not the top-left mask of is_causal=True: an
+    # implementation that missed the bias would give a different answer, or none.
+    names = list(__import__("course_lib").IMPLEMENTATIONS)
+    assert lines[1:] == [x for n in names for x in (f"{n} True", f"{n} refused: True")], lines
