@@ -23,7 +23,8 @@ import torch
 
 if not torch.cuda.is_available():
     # Triton (chapter 9) runs kernels on the CPU with its interpreter only if this is set before
-    # triton.language is imported, which torch.nn.attention (imported below) already does.
+    # triton.language is imported, and torch._dynamo imports it (torch.compile, flex_attention,
+    # torch.nn.attention.bias): so first of all.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .attention import (
