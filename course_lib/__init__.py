@@ -24,7 +24,7 @@ import torch
 if not torch.cuda.is_available():
     # Triton (chapter 9) runs kernels on the CPU with its interpreter only if this is set before
     # triton.language is imported, and torch._dynamo imports it (torch.compile, flex_attention,
-    # torch.nn.attention.bias): so first of all.
+    # torch.nn.attention.bias): so it is set here, before the course imports anything else.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .attention import (

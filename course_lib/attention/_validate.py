@@ -7,6 +7,7 @@ message, naming the argument and the shapes, whichever implementation they picke
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 
 import torch
 
@@ -15,7 +16,7 @@ from .masks import causal_mask
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
-def _causal_bias_module():
+def _causal_bias_module() -> ModuleType | None:
     """``torch.nn.attention.bias`` if something imported it, else ``None``.
 
     A ``CausalBias`` can only exist once that module is imported, so it is never imported here:
@@ -25,7 +26,7 @@ def _causal_bias_module():
     return sys.modules.get("torch.nn.attention.bias")
 
 
-def _is_causal_bias(attn_mask) -> bool:
+def _is_causal_bias(attn_mask: object) -> bool:
     bias = _causal_bias_module()
     return bias is not None and isinstance(attn_mask, bias.CausalBias)
 
