@@ -23,10 +23,10 @@ from course_lib.toolkit.grading.store import ResultCache
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "03_softmax"
 IDS = [e["id"] for e in exercises.list_exercises() if e["chapter"] == CHAPTER]
-# The cell limit of these gradings. The looping learner spins a core for this long. Every other
-# cell of chapter 3 takes under 1 s on an idle machine (its slowest, a check: 0.6 s), so 20 s is
-# 30 times that. Shell replies are polled in 1 s slices (kernel_polling), so a reply no longer
-# waits out the limit under load, as it did when this was 45 s.
+# The cell limit of these gradings. The looping learner spins a core for this long. The other
+# cells of chapter 3 take 2.8 s in all on an idle machine, the slowest 1.5 s (the imports; then a
+# check, 0.6 s), so 20 s is 13 times that. Shell replies are polled in 1 s slices (kernel_polling),
+# so a reply no longer waits out the limit under load, as it did when this was 45 s.
 CELL_LIMIT = 20
 
 RIGHT_SOFTMAX = """def softmax(x, dim=-1):
