@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ._describe import describe_type, dtype_str, shape_str
+from ._wire import Opaque  # what the check's worker could only describe
 
 Tol = Callable[[torch.dtype], tuple[float, float]]
 
@@ -33,8 +34,6 @@ def _index(idx: torch.Tensor) -> str:
 
 
 def _not_tensor(actual: Any, what: str) -> Problem:
-    from ._isolation import Opaque  # what the check's worker could only describe
-
     if isinstance(actual, Opaque) and actual.tensor_subclass:
         return Problem("type", f"{what} is a {describe_type(actual)}, a subclass of torch.Tensor; "
                                "return a plain torch.Tensor (x.as_subclass(torch.Tensor)).")

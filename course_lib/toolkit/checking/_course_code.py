@@ -24,6 +24,7 @@ from __future__ import annotations
 import dis
 import functools
 import hashlib
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -171,14 +172,39 @@ def build_index(root: Path, exclude: frozenset[str]) -> CourseCode:
                       shapes=frozenset(shapes))
 
 
+#: The ``course_lib`` package's folder (this file is ``course_lib/toolkit/checking/...``).
+PACKAGE = Path(__file__).parents[2]
+
+
+def _both(path: Path) -> tuple[str, ...]:
+    return tuple({str(path), str(path.resolve())})
+
+
+@functools.lru_cache(maxsize=1)
+def course_dirs() -> tuple[str, ...]:
+    """The ``course_lib`` package's folder (as imported and resolved), with a trailing slash."""
+    return tuple(d.rstrip(os.sep) + os.sep for d in _both(PACKAGE))
+
+
+@functools.lru_cache(maxsize=1)
+def machinery_files() -> frozenset[str]:
+    """The checker's own modules: the ``_*.py`` files next to this one (not ``__init__.py``).
+
+    Found by location, not by name, so they stay exempt wherever the package moves them.
+    """
+    here = Path(__file__).parent
+    files: set[str] = set()
+    for p in here.glob("_*.py"):
+        if p.name != "__init__.py":
+            files.update(_both(p))
+            files.update(_both(here.resolve() / p.name))
+    return frozenset(files)
+
+
 @functools.lru_cache(maxsize=1)
 def course_code() -> CourseCode:
     """The index of the installed ``course_lib`` package (built once per session)."""
-    import course_lib
-
-    from ._isolation import machinery_files
-
-    root = Path(course_lib.__file__).parent.resolve()
+    root = PACKAGE.resolve()
     exclude = frozenset(str(Path(f).resolve()) for f in machinery_files())
     return build_index(root, exclude)
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from ._spec import OnceIterator
+
 
 def shape_str(shape: Any) -> str:
     dims = tuple(int(s) for s in shape)
@@ -18,12 +20,11 @@ def dtype_str(dtype: torch.dtype) -> str:
 
 def describe_value(x: Any) -> str:
     """``(2, 3) float32`` for a tensor, the repr for a number, the type name otherwise."""
-    from ._spec import OnceIterator
-
     if isinstance(x, torch.Tensor):
         return f"{shape_str(x.shape)} {dtype_str(x.dtype)}"
     if isinstance(x, OnceIterator):
-        return x.describe()
+        inner = ", ".join(describe_value(v) for v in x.items)
+        return f"an iterator over {len(x.items)} blocks [{inner}]"
     if isinstance(x, (bool, int, float, str)) or x is None:
         return repr(x)
     if isinstance(x, (list, tuple)):

@@ -8,14 +8,10 @@ mistake's outputs on the same inputs.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import dis
-import inspect
 import os
-import textwrap
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +28,7 @@ from ._isolation import (
     run_in_process,
     run_isolated,
 )
+from ._policy import REPORTING_EXIT
 from ._result import CheckResult
 from ._sandbox import CallOutcome, raised_as_placeholder
 from ._spec import Case, Exercise, Mistake, fresh_args
@@ -52,57 +49,6 @@ class _Run:
     expected: Any = None
     #: ``(seed, case index)`` when the caller chose the seed: the case can recur in another check.
     key: tuple[int, int] | None = None
-
-
-def is_untouched(fn: Callable[..., Any]) -> bool:
-    """True if ``fn``'s body is only a docstring, ``...``, ``pass``, ``raise NotImplementedError``
-    or ``return None`` (an untouched starter)."""
-    code = getattr(fn, "__code__", None)
-    if code is not None and getattr(fn, "__name__", "") == "<lambda>":
-        # a lambda's source line is often not parseable on its own (it sits inside a call)
-        return _trivial_bytecode(code)
-    try:
-        src = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(src)
-    except Exception:  # no source (exec'd code): judge by the bytecode
-        return code is not None and _trivial_bytecode(code)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Lambda):
-            return _trivial_expr(node.body)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = list(node.body)
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                body = body[1:]
-            return all(_trivial_stmt(s) for s in body)
-    return False
-
-
-def _trivial_bytecode(code) -> bool:
-    """Only loads of None/Ellipsis and returns: the body is ``...``, ``pass`` or a docstring."""
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_CONST", "RETURN_CONST") and ins.argval not in (None, ...):
-            return False
-        if ins.opname not in ("RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"):
-            return False
-    return True
-
-
-def _trivial_expr(e: ast.AST | None) -> bool:
-    return e is None or (isinstance(e, ast.Constant) and e.value in (None, Ellipsis))
-
-
-def _trivial_stmt(s: ast.stmt) -> bool:
-    if isinstance(s, ast.Pass):
-        return True
-    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
-        return s.value.value is Ellipsis or isinstance(s.value.value, str)
-    if isinstance(s, ast.Return):
-        return _trivial_expr(s.value)
-    if isinstance(s, ast.Raise):
-        exc = s.exc.func if isinstance(s.exc, ast.Call) else s.exc
-        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
-    return False
 
 
 def _raised_as_placeholder(exc: BaseException) -> bool:
@@ -128,6 +74,12 @@ def _ended_message(how: str, where: str) -> tuple[str, str]:
     import signal as _signal
 
     kind, _, num = how.partition(":")
+    if how == f"exit:{REPORTING_EXIT}":
+        return "tampering", (
+            f"Code of yours ran while the check was reporting on {where}: your code (a file's "
+            "top level, or your function) replaced a function of torch's or of the checker's "
+            "with its own. The check stopped there; an exercise function must only compute "
+            "its result.")
     if kind == "exit":
         return "process_exit", (
             f"Your function ended the Python process (exit status {num}) on {where}: an "
@@ -157,6 +109,14 @@ def _ended_message(how: str, where: str) -> tuple[str, str]:
 
 def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResult | None:
     out = prepared.outcome
+    refusal = _refusal(out) if out is not None else None
+    if refusal is not None:
+        mistake, what = refusal
+        return CheckResult(
+            exercise=ex.id, passed=False, status="failed", mistake=mistake,
+            message=(f"Loading your file ran code at its top level that {what}. The check "
+                     "watches a file's top level like your function: "
+                     + _REFUSAL_ADVICE[mistake]))
     if prepared.load_error is not None:
         message = prepared.load_error
     elif out is not None and out.timed_out:
@@ -164,6 +124,9 @@ def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResul
                    "check stopped it. An endless loop at the top level of the file? (Code outside "
                    "functions runs when the file is loaded; put experiments under "
                    "`if __name__ == \"__main__\":`.)")
+    elif out is not None and out.ended == f"exit:{REPORTING_EXIT}":
+        return CheckResult(exercise=ex.id, passed=False, status="failed", mistake="tampering",
+                           message=_ended_message(out.ended, "loading your file")[1])
     elif out is not None and out.ended is not None:
         message = ("loading your file ended the Python process "
                    f"({out.ended.replace(':', ' ')}): code at the top level of the file calls "
@@ -172,6 +135,33 @@ def _load_failed(ex: Exercise, prepared: Prepared, timeout: float) -> CheckResul
         return None
     return CheckResult(exercise=ex.id, passed=False, status="error", mistake="load_error",
                        message=message)
+
+
+#: What to do instead, by the kind of refusal (a file's top level, or a call).
+_REFUSAL_ADVICE = {
+    "course_call": "build it from torch operations; the course's helpers are for the "
+                   "chapters' experiments.",
+    "tampering": "the check uses it to watch your code, so it may not be switched off or "
+                 "replaced.",
+    "forbidden_call": "this exercise asks you to build it yourself from basic operations "
+                      "(matmul, exp, max, sum, masked_fill, ...).",
+    "worker_policy": "a check runs your code on its own: no threads, no other processes or "
+                     "programs, no sockets, no native code (ctypes, cffi). Compute the answer "
+                     "in the function itself, with torch.",
+}
+
+
+def _refusal(out: CallOutcome) -> tuple[str, str] | None:
+    """``(mistake id, what the code did)`` when the watch or the policy refused something."""
+    if out.course_call is not None:
+        return "course_call", f"calls `{out.course_call}`, the course's own answer"
+    if out.tamper:
+        return "tampering", f"calls {out.tamper}"
+    if out.policy is not None:
+        return "worker_policy", out.policy
+    if out.forbidden is not None:
+        return "forbidden_call", f"calls {out.forbidden}"
+    return None
 
 
 def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None = None,
@@ -186,6 +176,29 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     same time limit). ``watch=False`` (with ``isolate=False``): call ``fn`` directly, with no time
     limit or watch at all (the statistical tests of the course's own solutions and mistakes).
     """
+    with session_state_kept():
+        return _run_check(ex, fn, timeout=timeout, seed=seed, isolate=isolate,
+                          refuse_course=refuse_course, watch=watch)
+
+
+@contextlib.contextmanager
+def session_state_kept() -> Iterator[None]:
+    """Whatever a check computes in this process (cases, the oracle's answers, the mistakes'
+    outputs; the course's nn modules draw their weights from the global generator), the
+    learner's session finds its random generators, default dtype and grad mode as they were."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
+
+
+def _run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None,
+               seed: int | None, isolate: bool, refuse_course: bool,
+               watch: bool) -> CheckResult:
     chosen = seed is not None
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timeout = ex.time_limit if timeout is None else timeout
@@ -197,10 +210,10 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
         stream = run_bare(fn, cases, ex.params)
     elif isolate and fork_available():
         stream = run_isolated(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
-                              timeout=timeout)
+                              timeout=timeout, extension=ex.extension)
     else:
         stream = run_in_process(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
-                                timeout=timeout)
+                                timeout=timeout, extension=ex.extension)
     with contextlib.closing(stream):
         prepared = next(stream)
         failed = _load_failed(ex, prepared, timeout)
@@ -302,6 +315,12 @@ def _run_cases(ex: Exercise, seeded: _Seeded, stream: Any, tol: Any,
             return _fail(ex, cases, runs, printed, "tampering", case,
                          f"Your function called {out.tamper} ({where}): the check uses "
                          "it to watch your code, so it may not be switched off or replaced.")
+        if out.policy is not None:
+            return _fail(ex, cases, runs, printed, "worker_policy", case,
+                         f"Your function {out.policy} ({where}). A check runs your code on "
+                         "its own: no threads, no other processes or programs, no sockets, no "
+                         "native code (ctypes, cffi). Compute the answer in the function "
+                         "itself, with torch.")
         if out.forbidden is not None:
             return _fail(ex, cases, runs, printed, "forbidden_call", case,
                          f"Your function calls {out.forbidden} ({where}). This exercise asks you "
@@ -319,15 +338,21 @@ def _run_cases(ex: Exercise, seeded: _Seeded, stream: Any, tol: Any,
                          "the check allows: a huge tensor, or one that grows in a loop?). The "
                          "check ran it in a separate process, so your session is fine."
                          + (f"\n{out.traceback_text}" if out.traceback_text else ""))
+        if out.left_torch:
+            return _fail(ex, cases, runs, printed, "nxn_tensor", case,
+                         f"Your function turned a tensor into numpy (or a Python list) on "
+                         f"{where}. This case is about memory (no N×N matrix, N="
+                         f"{case.max_square}), which the check follows in torch only: stay "
+                         "in torch and work block by block.")
         if out.error_type:
             problem = Problem("raised", f"your function raised an error:\n{out.traceback_text}")
         elif out.square is not None:
             shape = "(" + ", ".join(map(str, out.square)) + ")"
             return _fail(ex, cases, runs, printed, "nxn_tensor", case,
                          f"Your function created a tensor of shape {shape} on {where}: that is an "
-                         f"N×N (N={case.max_square}) matrix. Work block by block so that no "
-                         "tensor is larger than (block_size × N): that is the whole point of "
-                         "this algorithm.")
+                         f"N×N (N={case.max_square}) matrix, or as many elements as one in "
+                         "another shape. Work block by block so that no tensor is larger than "
+                         "(block_size × N): that is the whole point of this algorithm.")
         else:
             modified = _modified_inputs(ex, case, out)
             if modified:
@@ -335,6 +360,10 @@ def _run_cases(ex: Exercise, seeded: _Seeded, stream: Any, tol: Any,
                              f"Your function modified its input `{modified[0]}` in place "
                              f"({where}). Use out-of-place operations instead (x = x - m rather "
                              "than x -= m, masked_fill rather than masked_fill_).")
+            if out.extension is not None:
+                mistake, message = out.extension
+                return _fail(ex, cases, runs, printed, mistake, case,
+                             f"{message} (on {where})")
             try:
                 magnitude = ex.magnitude(*fresh_args(case.args)[0]) if ex.magnitude else None
                 problem = compare(expected, out.value, tol, names=ex.output_names,

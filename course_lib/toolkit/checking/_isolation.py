@@ -22,12 +22,10 @@ cannot reach the parent: the learner's session.
 from __future__ import annotations
 
 import faulthandler
-import functools
 import gc
 import importlib.util
 import io
 import os
-import re
 import select
 import signal
 import struct
@@ -41,12 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ._course_code import CodeCache, course_code, shape
-from ._sandbox import CallOutcome, ForbiddenCall, _warm_up, run_call
+from . import _policy
+from ._course_code import CodeCache, course_code, course_dirs, machinery_files, shape
+from ._sandbox import CallOutcome, _warm_up, run_call
 from ._spec import Case, fresh_args
+from ._untouched import is_untouched
+from ._wire import decode, encode
 
 #: Bytes the worker may allocate beyond the address space it inherits from the session.
 MEMORY_CAP = 2 * 1024 ** 3
@@ -61,33 +61,6 @@ def fork_available() -> bool:
 
 
 # --------------------------------------------------------------------------- the course guard
-
-
-def _both(path: Path) -> tuple[str, ...]:
-    return tuple({str(path), str(path.resolve())})
-
-
-@functools.lru_cache(maxsize=1)
-def course_dirs() -> tuple[str, ...]:
-    """The ``course_lib`` package's folder (as imported and resolved), with a trailing slash."""
-    import course_lib
-
-    return tuple(d.rstrip(os.sep) + os.sep for d in _both(Path(course_lib.__file__).parent))
-
-
-@functools.lru_cache(maxsize=1)
-def machinery_files() -> frozenset[str]:
-    """The checker's own modules: the ``_*.py`` files next to this one (not ``__init__.py``).
-
-    Found by location, not by name, so they stay exempt wherever the package moves them.
-    """
-    here = Path(__file__).parent
-    files: set[str] = set()
-    for p in here.glob("_*.py"):
-        if p.name != "__init__.py":
-            files.update(_both(p))
-            files.update(_both(here.resolve() / p.name))
-    return frozenset(files)
 
 
 def qualified_name(frame: Any) -> str:
@@ -156,101 +129,6 @@ class CourseGuard:
         return claimed if claimed in names else names[0]
 
 
-# --------------------------------------------------------------------------- plain-data encoding
-
-
-class Opaque:
-    """Stands in (in the parent) for a value the worker could only describe.
-
-    Its class carries the original type's module and name, so messages describe it as before.
-    """
-
-    tensor_subclass = False
-    layout = ""
-
-
-_NAME = re.compile(r"[^A-Za-z0-9_.<>]")
-
-
-def _opaque_class(module: Any, name: Any, **flags: Any) -> type:
-    module = _NAME.sub("_", str(module))[:100] or "builtins"
-    name = _NAME.sub("_", str(name))[:100] or "object"
-    return type(name, (Opaque,), {"__module__": module, **flags})
-
-
-def _describe_type(v: Any) -> dict[str, Any]:
-    t = type(v)
-    return {"__kind": "foreign", "module": str(getattr(t, "__module__", "builtins")),
-            "name": str(getattr(t, "__qualname__", "object"))}
-
-
-def _plain_tensor(v: torch.Tensor) -> Any:
-    with torch._C.DisableTorchFunctionSubclass():
-        d = torch.Tensor.detach(v)
-        if d.layout != torch.strided:
-            return {"__kind": "layout", "layout": str(d.layout).replace("torch.", ""),
-                    "shape": [int(s) for s in d.shape]}
-        d = d.resolve_conj().resolve_neg()
-        if d.device.type != "cpu":
-            d = d.cpu()
-        return torch.Tensor.clone(d).as_subclass(torch.Tensor)
-
-
-def encode(v: Any, depth: int = 0) -> Any:
-    """A structure of plain data (tensors, numbers, str, tuples, lists, tagged dicts) for ``v``."""
-    t = type(v)
-    if v is None or t in (bool, int, float, str):
-        return v
-    if depth > 20:
-        return _describe_type(v)
-    try:
-        if t is torch.Tensor or t is torch.nn.Parameter:
-            return _plain_tensor(v)
-        if isinstance(v, torch.Tensor):
-            return {**_describe_type(v), "__kind": "subclass"}
-        if t is tuple or t is list:
-            return t(encode(x, depth + 1) for x in v)
-        if isinstance(v, tuple) and (t is torch.Size or getattr(t, "_fields", None) is not None):
-            return tuple(encode(x, depth + 1) for x in tuple.__iter__(v))  # Size, namedtuple
-        if t is np.ndarray:
-            return {"__kind": "numpy", "data": torch.from_numpy(np.array(v, copy=True))}
-        if isinstance(v, np.generic):
-            item = v.item()
-            if type(item) in (bool, int, float):
-                return {"__kind": "npscalar", "dtype": v.dtype.str, "value": item}
-    except Exception:
-        pass
-    return _describe_type(v)
-
-
-def decode(v: Any, depth: int = 0) -> Any:
-    """The parent's stand-in for an :func:`encode`\\ d value (no code of the learner runs)."""
-    if depth > 25:
-        return None
-    t = type(v)
-    if v is None or t in (bool, int, float, str) or t is torch.Tensor:
-        return v
-    if t is tuple or t is list:
-        return t(decode(x, depth + 1) for x in v)
-    if t is dict:
-        kind = v.get("__kind")
-        if kind == "numpy" and type(v.get("data")) is torch.Tensor:
-            return v["data"].numpy()
-        if kind == "npscalar":
-            try:
-                dtype = np.dtype(str(v.get("dtype"))[:8])
-                if dtype.kind in "biuf":
-                    return dtype.type(v.get("value"))
-            except Exception:
-                pass
-        if kind == "layout":
-            cls = _opaque_class("torch", "Tensor", layout=str(v.get("layout"))[:40])
-            return cls()
-        cls = _opaque_class(v.get("module"), v.get("name"), tensor_subclass=kind == "subclass")
-        return cls()
-    return _opaque_class(t.__module__, t.__name__)()
-
-
 # --------------------------------------------------------------------------- sources
 
 
@@ -285,8 +163,6 @@ def load_file(path: str) -> Any:
 
 
 def _untouched(fn: Any) -> bool:
-    from ._engine import is_untouched
-
     try:
         return bool(is_untouched(fn))
     except BaseException:   # an odd callable (its attributes raise...): judge it by its calls
@@ -319,8 +195,9 @@ def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
 
 def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
                    forbidden: tuple[str, ...], guard: CourseGuard | None,
-                   timeout: float) -> Iterator[Any]:
-    """Yields a :class:`Prepared`, then one :class:`CallOutcome` per case (no isolation)."""
+                   timeout: float, extension: Any = None) -> Iterator[Any]:
+    """Yields a :class:`Prepared`, then one :class:`CallOutcome` per case (no isolation, no
+    policy: the course's own tests, and platforms without ``fork``)."""
     fn, prepared = _prepare(source)
     yield prepared
     if fn is None or prepared.untouched:
@@ -328,7 +205,7 @@ def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
     for case in cases:
         args, watch = fresh_args(case.args, params)
         out = run_call(fn, args, timeout=timeout, forbidden=forbidden,
-                       max_square=case.max_square, course=guard)
+                       max_square=case.max_square, course=guard, extension=extension)
         out.inputs_after = [copy for _, copy, _ in watch]
         yield out
 
@@ -354,27 +231,6 @@ def run_bare(source: Any, cases: list[Case], params: tuple[str, ...]) -> Iterato
 
 # --------------------------------------------------------------------------- the worker (child)
 
-_CURRENT: list[CallOutcome | None] = [None]
-_TAMPER = "sys.settrace / sys.setprofile"
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event in ("sys.settrace", "sys.setprofile"):
-        out = _CURRENT[0]
-        if out is not None and (out.forbidden or out.course_call):
-            return     # CPython switches tracing off itself when our trace function refuses a call
-        caller = sys._getframe(1).f_code.co_filename
-        if caller not in _MACHINERY[0]:
-            if out is not None and out.tamper is None:
-                out.tamper = event
-            raise ForbiddenCall(_TAMPER)
-    elif event in ("os.kill", "os.killpg") and args and args[0] != os.getpid():
-        raise PermissionError("the checker's worker may not signal other processes")
-
-
-_MACHINERY: list[frozenset[str]] = [frozenset()]
-
-
 def _vm_bytes() -> int | None:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -385,7 +241,11 @@ def _vm_bytes() -> int | None:
     return None
 
 
-def _setup_child(memory_cap: int | None) -> None:
+def _setup_child(memory_cap: int | None, forbidden: tuple[str, ...]) -> None:
+    try:
+        os.setpgid(0, 0)    # a group of its own: the parent kills it whole (see _Worker.close)
+    except OSError:
+        pass
     gc.freeze()     # the inherited objects: a collection here would copy every page they are on
     faulthandler.disable()   # a crash of the learner's code is reported by the parent, quietly
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
@@ -413,8 +273,8 @@ def _setup_child(memory_cap: int | None) -> None:
             except Exception:
                 pass
     torch.set_num_threads(1)
-    _MACHINERY[0] = machinery_files()
-    sys.addaudithook(_audit)
+    _policy.install(forbidden, os.getpid(), machinery_files(),
+                    _policy.generated_code(CallOutcome, Prepared, FileSource, Case))
 
 
 def _send(fd: int, obj: Any) -> None:
@@ -446,8 +306,10 @@ def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
     msg: dict[str, Any] = {
         "kind": "case", "error_type": out.error_type, "traceback": out.traceback_text,
         "placeholder": out.placeholder, "memory": out.memory, "forbidden": out.forbidden,
-        "course_call": out.course_call, "tamper": out.tamper,
+        "course_call": out.course_call, "tamper": out.tamper, "policy": out.policy,
+        "extension": list(out.extension) if out.extension is not None else None,
         "square": list(out.square) if out.square is not None else None,
+        "left_torch": out.left_torch,
         "printed": out.printed[:20000],
         "inputs": [encode(c) for c in out.inputs_after],
     }
@@ -456,27 +318,55 @@ def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
     return msg
 
 
+def _load_watched(source: Any, forbidden: tuple[str, ...], guard: CourseGuard | None
+                  ) -> tuple[Callable[..., Any] | None, Prepared]:
+    """:func:`_prepare` under the watch: a file's top level is the learner's code too, and so is
+    whatever an odd callable runs when it is inspected (its ``__getattr__``...)."""
+    load = CallOutcome()
+    recorder, call, prepare = _policy.RECORDER, run_call, _prepare
+    recorder.outcome = load
+    call(lambda: prepare(source), (), timeout=1e9, forbidden=forbidden, course=guard,
+         outcome=load, threaded=False)
+    recorder.outcome = None
+    if refused(load) or load.error_type or not isinstance(load.value, tuple):
+        return None, Prepared(outcome=load)
+    return load.value
+
+
+def refused(out: CallOutcome) -> bool:
+    """Whether the watch or the policy refused something in this call."""
+    return bool(out.forbidden or out.course_call or out.tamper or out.policy)
+
+
 def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
            forbidden: tuple[str, ...], guard: CourseGuard | None,
-           memory_cap: int | None) -> None:
-    _setup_child(memory_cap)
-    _send(fd, {"kind": "ready"})
-    fn, prepared = _prepare(source)
-    _send(fd, {"kind": "loaded", "untouched": prepared.untouched,
-               "load_error": prepared.load_error})
+           memory_cap: int | None, extension: Any) -> None:
+    # Bound before any learner code runs: a file's top level that rebinds these module names
+    # (``_isolation.run_call = ...``) changes nothing here.
+    call, send, encode_outcome, copies = run_call, _send, _encode_outcome, fresh_args
+    recorder, reporting = _policy.RECORDER, _policy.reporting
+    _setup_child(memory_cap, forbidden)
+    send(fd, {"kind": "ready"})
+    fn, prepared = _load_watched(source, forbidden, guard)
+    reporting()
+    loaded = prepared.outcome
+    send(fd, {"kind": "loaded", "untouched": prepared.untouched,
+              "load_error": prepared.load_error,
+              "refused": encode_outcome(loaded) if loaded is not None else None})
     if fn is None or prepared.untouched:
         return
     for case in cases:
-        args, watch = fresh_args(case.args, params)
+        args, watch = copies(case.args, params)
         out = CallOutcome()
-        _CURRENT[0] = out
-        run_call(fn, args, timeout=1e9, forbidden=forbidden, max_square=case.max_square,
-                 course=guard, outcome=out)
-        _CURRENT[0] = None
+        recorder.outcome = out
+        call(fn, args, timeout=1e9, forbidden=forbidden, max_square=case.max_square,
+             course=guard, outcome=out, extension=extension, threaded=False)
+        reporting()
+        recorder.outcome = None
         out.inputs_after = [copy for _, copy, _ in watch]
-        msg = _encode_outcome(out)
+        msg = encode_outcome(out)
         out.value = out.error = None
-        _send(fd, msg)
+        send(fd, msg)
 
 
 # --------------------------------------------------------------------------- the parent
@@ -535,6 +425,10 @@ class _Worker:
             os.close(self.fd)
         except OSError:
             pass
+        try:     # the worker's group: anything it started goes with it
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
         if self.status is None:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -567,6 +461,11 @@ def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
     out.course_call = str(course) if course is not None else None
     if tamper is not None:
         out.tamper = str(tamper)
+    policy, extension = msg.get("policy"), msg.get("extension")
+    out.policy = str(policy) if policy is not None else None
+    if isinstance(extension, list) and len(extension) == 2:
+        out.extension = (str(extension[0]), str(extension[1]))
+    out.left_torch = bool(msg.get("left_torch"))
     square = msg.get("square")
     if isinstance(square, list):
         out.square = tuple(int(s) for s in square)
@@ -580,7 +479,8 @@ def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
 
 def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
                  forbidden: tuple[str, ...], guard: CourseGuard | None, timeout: float,
-                 memory_cap: int | None = MEMORY_CAP) -> Iterator[Any]:
+                 memory_cap: int | None = MEMORY_CAP, extension: Any = None
+                 ) -> Iterator[Any]:
     """Like :func:`run_in_process`, with the learner's code in a forked worker.
 
     A call (or loading a :class:`FileSource`) that takes longer than ``timeout`` yields an
@@ -589,6 +489,7 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
     """
     _warm_up()
     _warm_serialisation()
+    _policy.warm(forbidden)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -602,7 +503,7 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
         code = 0
         try:
             os.close(r)
-            _child(w, source, cases, params, forbidden, guard, memory_cap)
+            _child(w, source, cases, params, forbidden, guard, memory_cap, extension)
         except BaseException:
             code = 70
         finally:
@@ -622,9 +523,10 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
         if not isinstance(msg, dict) or msg.get("kind") != "loaded":
             yield Prepared(outcome=CallOutcome(ended=_ended(worker.wait_exit(timeout))))
             return
-        load_error = msg.get("load_error")
+        load_error, loaded = msg.get("load_error"), msg.get("refused")
         yield Prepared(untouched=bool(msg.get("untouched")),
-                       load_error=str(load_error) if load_error is not None else None)
+                       load_error=str(load_error) if load_error is not None else None,
+                       outcome=_decode_outcome(loaded) if isinstance(loaded, dict) else None)
         for _ in cases:
             msg = worker.recv(timeout)
             if msg == "timeout":

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _progress
+from ._registry import registry
 
 
 def source_sha256(fn: Callable[..., Any]) -> str | None:
@@ -70,21 +71,23 @@ class ProgressTable(list):
 
 def progress(path: Path | None = None) -> ProgressTable:
     """Your progress per chapter (done/total, attempts, last mistake); shows as a table."""
-    from . import list_exercises
-
     path = Path(path) if path is not None else _progress.progress_path()
     summary = _progress.load_progress(path)["exercises"]
-    return ProgressTable(_progress.chapter_table(list(list_exercises()), summary), path)
+    return ProgressTable(_progress.chapter_table(_exercise_rows(), summary), path)
+
+
+def _exercise_rows() -> list[dict[str, str]]:
+    """``{"id", "chapter", "title", "signature"}`` of every exercise, in chapter order."""
+    return [{"id": e.id, "chapter": e.chapter, "title": e.title, "signature": e.signature}
+            for e in registry().values()]
 
 
 def progress_json(path: Path | None = None) -> dict[str, Any]:
     """``{"exercises": {id: {"attempts", "passed", "first_passed_at", "last_status",
     "last_mistake"}}}`` for every exercise (never attempted: 0 attempts)."""
-    from . import list_exercises
-
     summary = _progress.load_progress(path)["exercises"]
     out: dict[str, Any] = {}
-    for ex in list_exercises():
+    for ex in _exercise_rows():
         s = summary.get(ex["id"], {})
         out[ex["id"]] = {"attempts": s.get("attempts", 0), "passed": bool(s.get("passed")),
                          "first_passed_at": s.get("first_passed_at"),

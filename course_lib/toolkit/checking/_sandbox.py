@@ -26,6 +26,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ._policy import family
 from ._spec import FORBIDDEN_GROUPS
 
 
@@ -48,6 +49,7 @@ class CallOutcome:
     timed_out: bool = False
     forbidden: str | None = None  # label of the forbidden group reached
     square: tuple[int, ...] | None = None  # shape of an N×N tensor created
+    left_torch: bool = False         # turned a tensor into numpy where N×N is watched
     printed: str = ""
     tamper: str | None = None        # a checker internal the learner touched (isolated runs)
     course_call: str | None = None   # qualified name of a course_lib function the learner called
@@ -55,7 +57,26 @@ class CallOutcome:
     placeholder: bool = False        # the learner's own ``raise NotImplementedError``
     memory: bool = False             # the error is a failed allocation (memory cap)
     ended: str | None = None         # the worker process died: how (isolated runs only)
+    policy: str | None = None        # what the worker's policy refused (a thread, a process...)
+    extension: tuple[str, str] | None = None   # an exercise extension's (mistake, message)
     inputs_after: list[Any] = field(default_factory=list)   # the argument copies after the call
+
+
+def holds_square(shape: Any, n: int) -> bool:
+    """Whether a tensor of ``shape`` is an N×N matrix, or as large as one in any other shape
+    (a flat ``(B·H, L·S)`` buffer, a ``(L·S,)`` vector): two dims ``>= n``, or ``>= n²``
+    elements."""
+    dims = [int(s) for s in shape]
+    numel = 1
+    for d in dims:
+        numel *= d
+    return sum(1 for d in dims if d >= n) >= 2 or numel >= n * n
+
+
+#: Ways out of torch into numpy (or plain Python numbers), where the N×N watch cannot follow:
+#: refused in a case with ``max_square`` when the learner's own code takes them.
+_TO_NUMPY = frozenset({"numpy", "__array__", "__dlpack__", "tolist", "__array_wrap__",
+                       "to_dlpack"})
 
 
 class _Watch(TorchDispatchMode):
@@ -82,22 +103,29 @@ class _Watch(TorchDispatchMode):
         if self.max_square is not None and not getattr(func, "is_view", False):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for o in outs:
-                if isinstance(o, torch.Tensor) and self.outcome.square is None:
-                    if sum(1 for s in o.shape if s >= self.max_square) >= 2:
-                        self.outcome.square = tuple(int(s) for s in o.shape)
+                if isinstance(o, torch.Tensor) and self.outcome.square is None \
+                        and holds_square(o.shape, self.max_square):
+                    self.outcome.square = tuple(int(s) for s in o.shape)
         return out
 
 
 class _FunctionWatch(TorchFunctionMode):
     """Sees torch API calls (``torch.softmax``, ``F.scaled_dot_product_attention``...)."""
 
-    def __init__(self, names: dict[str, str], outcome: CallOutcome) -> None:
+    def __init__(self, names: dict[str, str], outcome: CallOutcome,
+                 max_square: int | None = None) -> None:
         super().__init__()
         self.names = names
         self.outcome = outcome
+        self.max_square = max_square
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        label = self.names.get(getattr(func, "__name__", ""))
+        name = getattr(func, "__name__", "")
+        if self.max_square is not None and name in _TO_NUMPY \
+                and not sys._getframe(1).f_code.co_filename.startswith(_LIBRARIES):
+            self.outcome.left_torch = True
+            raise ForbiddenCall("numpy")
+        label = self.names.get(name)
         if label is not None:
             if self.outcome.forbidden is None:
                 self.outcome.forbidden = label
@@ -117,7 +145,9 @@ def _resolve_forbidden() -> dict[str, dict[Any, str]]:
         for spec in group["python"]:
             mod_name, fn_name = spec.split(":")
             try:
-                fn = getattr(importlib.import_module(mod_name), fn_name)
+                fn: Any = importlib.import_module(mod_name)
+                for part in fn_name.split("."):     # a method: "Class.forward"
+                    fn = getattr(fn, part)
             except (ImportError, AttributeError) as e:
                 raise ImportError(f"FORBIDDEN_GROUPS[{g!r}] names {spec!r}, which does not "
                                   f"resolve: {e}") from e
@@ -157,6 +187,8 @@ def _package_dirs(name: str) -> tuple[str, ...]:
 #: course guard still act on every call). Triton's interpreter runs a kernel as plain Python:
 #: line events in it made a checked kernel ~3x slower than the same kernel unchecked.
 _NO_LINE_EVENTS = (*_TORCH_DIR, *_package_dirs("triton"))
+#: Libraries whose own calls into numpy are theirs, not the learner's (Triton's interpreter).
+_LIBRARIES = (*_NO_LINE_EVENTS, *_package_dirs("numpy"))
 
 
 def learner_traceback(exc: BaseException) -> str:
@@ -214,12 +246,14 @@ def is_memory_error(exc: BaseException) -> bool:
 
 
 def _own_code(fn: Any) -> dict[int, Any]:
-    """``{id: code}`` of ``fn``'s code object and every code object nested in it."""
+    """``{id: code}`` of ``fn``'s code object and every code object nested in it (a function or
+    a bound method; read without running any of the learner's code, such as a ``__getattr__``)."""
     own: dict[int, Any] = {}
-    try:
-        stack = [getattr(fn, "__code__", None)]
-    except BaseException:      # an odd callable whose attributes raise: nothing nested to own
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    if not isinstance(fn, types.FunctionType):
         return own
+    stack = [fn.__code__]
     while stack:
         code = stack.pop()
         if isinstance(code, types.CodeType) and id(code) not in own:
@@ -230,16 +264,20 @@ def _own_code(fn: Any) -> dict[int, Any]:
 
 def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
              forbidden: tuple[str, ...] = (), max_square: int | None = None,
-             course: Any = None, outcome: CallOutcome | None = None) -> CallOutcome:
+             course: Any = None, outcome: CallOutcome | None = None,
+             extension: Any = None, threaded: bool = True) -> CallOutcome:
     """Call ``fn(*args)`` under the watch; never raises.
 
     ``course``: a guard with ``refused(frame) -> name | None`` (see ``_isolation``) that refuses
     calls into the course's own code, and ``plain(code) -> bool``: whether ``code`` is judged
     for good (not course code), so that its calls need not be asked about again. ``outcome``:
-    fill this one (the worker's audit hook records into it too).
+    fill this one (the worker's policy records into it too). ``extension``: the exercise's
+    :class:`~._spec.CallExtension`, entered around the call; its verdict on the returned value
+    goes to ``outcome.extension``. ``threaded=False`` (the worker, where no thread may start):
+    call in this thread, with no time limit (the parent kills a worker that overruns).
     """
     outcome = CallOutcome() if outcome is None else outcome
-    aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in FORBIDDEN_GROUPS[g]["aten"]}
+    aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in family(g)}
     api = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden
            for n in FORBIDDEN_GROUPS[g].get("torch", ())}
     codes = _forbidden_code_objects(forbidden)
@@ -295,13 +333,20 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
 
     def target() -> None:
         try:
-            sys.settrace(global_trace)
-            with contextlib.ExitStack() as modes:
-                if api:
-                    modes.enter_context(_FunctionWatch(api, outcome))
-                if aten or max_square:
-                    modes.enter_context(_Watch(aten, max_square, outcome))
-                outcome.value = fn(*args)
+            with contextlib.ExitStack() as around:
+                judge = around.enter_context(extension.around_call()) if extension else None
+                try:
+                    sys.settrace(global_trace)
+                    with contextlib.ExitStack() as modes:
+                        if api or max_square:
+                            modes.enter_context(_FunctionWatch(api, outcome, max_square))
+                        if aten or max_square:
+                            modes.enter_context(_Watch(aten, max_square, outcome))
+                        outcome.value = fn(*args)
+                finally:
+                    sys.settrace(None)
+                if judge is not None:
+                    outcome.extension = judge(outcome.value)
         except _TimeLimit:
             outcome.timed_out = True
         except BaseException as e:  # the learner's error, whatever it is
@@ -322,6 +367,11 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     if aten or max_square:
         _warm_up()
     buf, err = io.StringIO(), io.StringIO()
+    if not threaded:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+            target()
+        outcome.printed = buf.getvalue()
+        return outcome
     thread = threading.Thread(target=target, name="course_lib-check", daemon=True)
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         thread.start()

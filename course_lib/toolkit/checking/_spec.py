@@ -10,6 +10,7 @@ import inspect
 import itertools
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,39 +24,67 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.bfloat16: (2e-2, 5e-2),
 }
 
-#: Groups of forbidden operations. Each maps to aten operator names (caught at the dispatcher,
-#: however the learner reached them), torch API function names (caught by a torch-function mode,
-#: before composite ops decompose) and ``module:function`` Python functions (caught by code
-#: object, however they were imported).
+#: Groups of forbidden operations. Each names its aten operators by family (``aten_family``, a
+#: pattern matched against every registered operator's name, so that a new torch release's new
+#: variant is in it: ``tests/test_forbidden_families.py`` reviews the list), plus ``aten`` names
+#: and minus ``aten_not`` ones; torch API function names (caught by a torch-function mode, before
+#: composite ops decompose, for a precise message) and ``module:qualified.name`` Python functions
+#: (caught by code object, however they were imported). In a check's worker every operator of the
+#: family gets a refusing kernel (``_policy``): no torch mode can be switched off to reach it.
 FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
     "softmax": {
         "label": "torch's softmax / log_softmax",
-        "aten": ("_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"),
+        "aten_family": r"softmax",
+        "aten": (),
         "torch": ("softmax", "log_softmax", "special_softmax", "special_log_softmax",
-                  "_softmax", "_log_softmax", "_safe_softmax"),
+                  "_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax"),
         "python": ("course_lib.attention.softmax:safe_softmax",),
     },
     "matmul": {
         "label": "torch's matrix products (@, matmul, mm, bmm, einsum, ...)",
-        "aten": ("mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "dot", "vdot", "mv",
-                 "addmv", "_scaled_mm", "_int_mm"),
+        "aten_family": (r"(^|_)(mm|bmm|addmm|addbmm|baddbmm|matmul|dot|vdot|mv|addmv|smm|hspmm|"
+                        r"sspaddmm|linear|bilinear|trilinear|einsum|tensordot|inner|outer|ger|"
+                        r"kron|multi_dot|vecdot|gemm|gemv|convolution|conv\w*|cudnn_conv\w*)"
+                        r"(_|$)|^_?(mkldnn|fbgemm|_wrapped)_\w*linear|(^|_)int\d*(pack)?_?mm"),
+        "aten": ("_scaled_mm", "_scaled_mm_v2", "_int_mm", "_grouped_mm", "_scaled_grouped_mm",
+                 "_scaled_grouped_mm_v2", "_dyn_quant_matmul_4bit"),
+        "aten_not": ("_compute_linear_combination", "upsample_linear1d",
+                     "upsample_linear1d_backward", "upsample_bilinear2d",
+                     "upsample_bilinear2d_backward", "_upsample_bilinear2d_aa",
+                     "_upsample_bilinear2d_aa_backward", "upsample_trilinear3d",
+                     "upsample_trilinear3d_backward"),
         "torch": ("matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "baddbmm"),
         "python": (),
     },
     "sdpa": {
         "label": "torch's scaled_dot_product_attention (or course_lib's attention implementations)",
-        "aten": ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                 "_scaled_dot_product_flash_attention_for_cpu",
-                 "_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention",
-                 "_scaled_dot_product_fused_attention_overrideable",
-                 "_fused_sdp_choice"),
+        "aten_family": r"attention|_fused_sdp|multi_head|transformer_encoder",
+        "aten": (),
         "torch": ("scaled_dot_product_attention", "multi_head_attention_forward"),
         "python": ("course_lib.attention.reference:scaled_dot_product_attention",
                    "course_lib.attention.reference:attention_weights",
                    "course_lib.attention.flash:scaled_dot_product_attention",
                    "course_lib.attention.sdpa:scaled_dot_product_attention"),
+    },
+    "mha": {
+        "label": "a ready-made multi-head attention module (torch.nn.MultiheadAttention, "
+                 "course_lib's MultiHeadAttention)",
+        "aten_family": r"multi_head|transformer_encoder",
+        "aten": (),
+        "torch": ("multi_head_attention_forward",),
+        "python": ("torch.nn.modules.activation:MultiheadAttention.forward",
+                   "torch.nn.functional:multi_head_attention_forward",
+                   "course_lib.attention.multihead:MultiHeadAttention.forward"),
+    },
+    "transformer_block": {
+        "label": "a ready-made transformer block (course_lib's TransformerBlock, "
+                 "torch.nn.TransformerEncoderLayer / TransformerDecoderLayer)",
+        "aten_family": r"transformer_encoder",
+        "aten": (),
+        "torch": (),
+        "python": ("course_lib.attention.multihead:TransformerBlock.forward",
+                   "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
+                   "torch.nn.modules.transformer:TransformerDecoderLayer.forward"),
     },
 }
 
@@ -65,11 +94,6 @@ class OnceIterator:
 
     def __init__(self, items: Sequence[Any]) -> None:
         self.items = list(items)
-
-    def describe(self) -> str:
-        from ._describe import describe_value
-        inner = ", ".join(describe_value(x) for x in self.items)
-        return f"an iterator over {len(self.items)} blocks [{inner}]"
 
 
 @dataclass
@@ -113,6 +137,21 @@ class Mistake:
         return self.family or self.id
 
 
+class CallExtension:
+    """A chapter's own check of each call, plugged into the engine (``Exercise.extension``).
+
+    :meth:`around_call` is entered around every call of the learner's function where the
+    learner's code is watched (the check's worker, or in-process with the watch; never on the
+    bare path of the course's statistical tests). It yields ``judge(value)``, called on the
+    returned value: ``None`` if the call is fine, else ``(mistake id, message)``, which fails
+    the case. Chapter 9's Triton checks (bounds, launches) are one.
+    """
+
+    def around_call(self) -> AbstractContextManager[
+            Callable[[Any], tuple[str, str] | None]]:
+        raise NotImplementedError
+
+
 _ORDER = itertools.count()
 
 
@@ -144,6 +183,8 @@ class Exercise:
             ``max(|expected|, magnitude)``); e.g. ``|q| @ |k|ᵀ / √E`` for ``q @ kᵀ / √E``.
         time_limit: seconds allowed per call of the learner's function (``check``'s default);
             ``time_limit_note`` is added to the message when a call exceeds it.
+        extension: a :class:`CallExtension` judging each call beyond its value (chapter 9:
+            the output was written by a Triton kernel).
     """
 
     id: str
@@ -163,6 +204,7 @@ class Exercise:
     magnitude: Callable[..., Any] | None = None
     time_limit: float = 10.0
     time_limit_note: str = ""
+    extension: CallExtension | None = None
     order: int = field(default_factory=lambda: next(_ORDER), repr=False)
 
     def __post_init__(self) -> None:
