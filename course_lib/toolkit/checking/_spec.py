@@ -44,8 +44,9 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
         "label": "torch's matrix products (@, matmul, mm, bmm, einsum, ...)",
         "aten_family": (r"(^|_)(mm|bmm|addmm|addbmm|baddbmm|matmul|dot|vdot|mv|addmv|smm|hspmm|"
                         r"sspaddmm|linear|bilinear|trilinear|einsum|tensordot|inner|outer|ger|"
-                        r"kron|multi_dot|vecdot|gemm|gemv|convolution|conv\w*|cudnn_conv\w*)"
-                        r"(_|$)|^_?(mkldnn|fbgemm|_wrapped)_\w*linear|(^|_)int\d*(pack)?_?mm"),
+                        r"kron|multi_dot|vecdot|gemm|gemv|\w*convolution\w*|"
+                        r"conv(\d|_tbc|_transpose|_depthwise|_dilated)\w*)(_|$)|"
+                        r"^_?(mkldnn|fbgemm|_wrapped)_\w*linear|(^|_)int\d*(pack)?_?mm"),
         "aten": ("_scaled_mm", "_scaled_mm_v2", "_int_mm", "_grouped_mm", "_scaled_grouped_mm",
                  "_scaled_grouped_mm_v2", "_dyn_quant_matmul_4bit"),
         "aten_not": ("_compute_linear_combination", "upsample_linear1d",
