@@ -32,6 +32,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -321,7 +322,10 @@ def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
 def _load_watched(source: Any, forbidden: tuple[str, ...], guard: CourseGuard | None
                   ) -> tuple[Callable[..., Any] | None, Prepared]:
     """:func:`_prepare` under the watch: a file's top level is the learner's code too, and so is
-    whatever an odd callable runs when it is inspected (its ``__getattr__``...)."""
+    whatever an odd callable runs when it is inspected (its ``__getattr__``...). Reading a plain
+    function's source runs none of the learner's code."""
+    if isinstance(source, types.FunctionType | types.MethodType):
+        return _prepare(source)
     load = CallOutcome()
     recorder, call, prepare = _policy.RECORDER, run_call, _prepare
     recorder.outcome = load
@@ -344,7 +348,7 @@ def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
     # Bound before any learner code runs: a file's top level that rebinds these module names
     # (``_isolation.run_call = ...``) changes nothing here.
     call, send, encode_outcome, copies = run_call, _send, _encode_outcome, fresh_args
-    recorder, reporting = _policy.RECORDER, _policy.reporting
+    recorder, reporting, between = _policy.RECORDER, _policy.reporting, _policy.reporting_trace
     _setup_child(memory_cap, forbidden)
     send(fd, {"kind": "ready"})
     fn, prepared = _load_watched(source, forbidden, guard)
@@ -360,8 +364,8 @@ def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
         out = CallOutcome()
         recorder.outcome = out
         call(fn, args, timeout=1e9, forbidden=forbidden, max_square=case.max_square,
-             course=guard, outcome=out, extension=extension, threaded=False)
-        reporting()
+             course=guard, outcome=out, extension=extension, threaded=False,
+             between=between)
         recorder.outcome = None
         out.inputs_after = [copy for _, copy, _ in watch]
         msg = encode_outcome(out)

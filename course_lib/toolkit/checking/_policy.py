@@ -254,16 +254,24 @@ _CO_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_G
 
 
 def _trusted_dirs() -> tuple[str, ...]:
+    """Whose code may run while the worker reports: the standard library, torch, numpy, triton
+    (a chapter's extension resets its interpreter's state) and the course itself."""
+    import importlib.util
+
     import numpy
 
-    dirs = {Path(os.__file__).parent, Path(torch.__file__).parent, Path(numpy.__file__).parent}
+    dirs = {Path(os.__file__).parent, Path(torch.__file__).parent, Path(numpy.__file__).parent,
+            Path(__file__).parents[2]}
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        dirs.add(Path(spec.origin).parent)
     return tuple({f"{d}/" for d in dirs} | {f"{d.resolve()}/" for d in dirs})
 
 
 _TRUSTED = _trusted_dirs()
 
 
-def _reporting_trace(frame: Any, event: str, arg: Any) -> None:
+def reporting_trace(frame: Any, event: str, arg: Any) -> None:
     code = frame.f_code
     name = code.co_filename
     if name in _MACHINERY[0] or name.startswith("<frozen") or any(
@@ -281,7 +289,7 @@ def reporting() -> None:
     calls the worker copies inputs and reports outcomes with torch and the standard library; a
     function the learner's code put in their place (``torch.save = ...`` at a file's top level)
     would run there unwatched, so it ends the worker instead (the parent reports tampering)."""
-    sys.settrace(_reporting_trace)
+    sys.settrace(reporting_trace)
 
 
 def install(forbidden: tuple[str, ...], pid: int, machinery: frozenset[str],

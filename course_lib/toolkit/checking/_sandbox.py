@@ -265,7 +265,8 @@ def _own_code(fn: Any) -> dict[int, Any]:
 def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
              forbidden: tuple[str, ...] = (), max_square: int | None = None,
              course: Any = None, outcome: CallOutcome | None = None,
-             extension: Any = None, threaded: bool = True) -> CallOutcome:
+             extension: Any = None, threaded: bool = True,
+             between: Callable[..., Any] | None = None) -> CallOutcome:
     """Call ``fn(*args)`` under the watch; never raises.
 
     ``course``: a guard with ``refused(frame) -> name | None`` (see ``_isolation``) that refuses
@@ -275,6 +276,8 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     :class:`~._spec.CallExtension`, entered around the call; its verdict on the returned value
     goes to ``outcome.extension``. ``threaded=False`` (the worker, where no thread may start):
     call in this thread, with no time limit (the parent kills a worker that overruns).
+    ``between``: the trace function in force outside the learner's call (the worker's, which
+    lets no learner code run while it reports), back in place as soon as the call returns.
     """
     outcome = CallOutcome() if outcome is None else outcome
     aten = {n: FORBIDDEN_GROUPS[g]["label"] for g in forbidden for n in family(g)}
@@ -325,8 +328,10 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
                     outcome.course_call = name
                 raise ForbiddenCall(name)
             settles = plain(code)   # course code: allowed from this caller, maybe not another
-        # no line events inside torch/triton: cheaper, no endless loops there
-        tracer = None if code.co_filename.startswith(_NO_LINE_EVENTS) else local_trace
+        # no line events inside torch/triton: cheaper, no endless loops there; none at all
+        # unthreaded (a worker), where the parent, not this tracer, stops a call that overruns
+        tracer = None if not threaded or code.co_filename.startswith(_NO_LINE_EVENTS) \
+            else local_trace
         if settles:
             settled[id(code)] = (code, tracer)
         return tracer
@@ -344,7 +349,7 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
                             modes.enter_context(_Watch(aten, max_square, outcome))
                         outcome.value = fn(*args)
                 finally:
-                    sys.settrace(None)
+                    sys.settrace(between)
                 if judge is not None:
                     outcome.extension = judge(outcome.value)
         except _TimeLimit:
