@@ -360,15 +360,30 @@ def _file(tmp_path, text):
     return _isolation.FileSource(str(path), "softmax")
 
 
-def test_a_files_top_level_runs_under_the_watch(tmp_path):
+def test_a_files_top_level_runs_under_the_policy(tmp_path):
     source = _file(tmp_path, """
-        import torch
-        ANSWER = torch.softmax(torch.randn(3), -1)
+        import threading
+        threading.Thread(target=print).start()
         def softmax(x, dim=-1):
             return x
     """)
     result = exercises.check("softmax", source, record=False)
-    assert result.mistake == "forbidden_call" and "Loading your file" in result.message
+    assert result.mistake == "worker_policy" and "Loading your file" in result.message
+
+
+def test_a_files_top_level_may_run_a_chapters_experiments(tmp_path):
+    """A graded notebook's top level holds the chapter's own cells (torch's softmax, the
+    chapter's helpers): they run, as the cases do not exist in the worker yet."""
+    source = _file(tmp_path, """
+        import torch
+        from course_lib.chapters.ch03_softmax import helpers as st
+        DEMO = torch.softmax(torch.randn(3), -1)
+        m, l = st.block_stats(torch.randn(6, dtype=torch.float64))
+        def softmax(x, dim=-1):
+            z = x - x.amax(dim, keepdim=True)
+            return z.exp() / z.exp().sum(dim, keepdim=True)
+    """)
+    assert exercises.check("softmax", source, record=False).passed
 
 
 def test_a_files_top_level_cannot_replace_the_workers_call(tmp_path):
@@ -390,24 +405,50 @@ def test_a_files_top_level_cannot_replace_the_workers_call(tmp_path):
     assert not result.passed and result.mistake == "wrong_values", result
 
 
-def test_a_files_top_level_cannot_ask_the_oracle(tmp_path):
+def test_a_files_top_level_finds_no_cases_to_answer(tmp_path):
+    """The red team's route: read the cases off the worker's stack (or the engine's kept cases
+    of a chosen seed) at load time and answer them with torch. The worker receives its cases
+    only after loading, and drops the session's kept ones first."""
+    exercises.check("softmax", _stable, seed=5, record=False)      # kept cases for seed 5
     source = _file(tmp_path, """
         import sys
+        import torch
+        from course_lib.toolkit.checking import _engine
         ANSWERS = {}
+
+        def answer(case):
+            if type(case).__name__ == "Case" and case.args and torch.is_tensor(case.args[0]):
+                x = case.args[0]
+                dim = case.args[1] if len(case.args) > 1 else -1
+                ANSWERS[(tuple(x.shape), tuple(x.flatten()[:4].tolist()))] = torch.softmax(x, dim)
+
         frame = sys._getframe()
         while frame is not None:
             for value in list(frame.f_locals.values()):
-                if isinstance(value, list) and value and hasattr(value[0], "args"):
-                    from course_lib import exercises
-                    ex = exercises.get_exercise("softmax")
-                    for case in value:
-                        ANSWERS[case.args[0].numpy().tobytes()] = ex.oracle(*case.args)
+                for item in value if isinstance(value, list) else [value]:
+                    answer(item)
+                    kept = getattr(item, "cases", None)
+                    for case in kept if isinstance(kept, list) else []:
+                        answer(case)
             frame = frame.f_back
+        for kept in list(_engine._SEEDED.values()):
+            for case in kept.cases:
+                answer(case)
+
         def softmax(x, dim=-1):
-            return ANSWERS[x.numpy().tobytes()]
+            return ANSWERS.get((tuple(x.shape), tuple(x.flatten()[:4].tolist())), x)
     """)
-    result = exercises.check("softmax", source, record=False)
-    assert not result.passed and result.mistake in ("course_call", "forbidden_call"), result
+    for seed in (5, None):
+        result = exercises.check("softmax", source, seed=seed, record=False)
+        assert not result.passed and result.mistake == "wrong_values", result
+    # The route itself works where the cases are on the stack (here, in this frame).
+    import runpy
+
+    cases = exercises.get_exercise("softmax").cases(torch.Generator().manual_seed(5))
+    module = runpy.run_path(source.path)
+    assert all(torch.equal(module["softmax"](*c.args), torch.softmax(*c.args[:1], c.args[1]
+                                                                     if len(c.args) > 1 else -1))
+               for c in cases)
 
 
 def test_a_replaced_torch_function_cannot_rewrite_the_report(tmp_path):

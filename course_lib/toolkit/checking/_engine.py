@@ -202,15 +202,21 @@ def _run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: fl
     chosen = seed is not None
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timeout = ex.time_limit if timeout is None else timeout
-    seeded = _seeded(ex, seed) if chosen else _Seeded(ex, seed)
-    cases = seeded.cases
+    made: list[_Seeded] = []
+
+    def cases() -> list[Case]:
+        """Made when first asked for: after the worker has loaded the learner's file."""
+        if not made:
+            made.append(_seeded(ex, seed) if chosen else _Seeded(ex, seed))
+        return made[0].cases
+
     tol = ex.tolerance
     guard = CourseGuard(ex.allowed_course_calls) if refuse_course else None
     if not isolate and not watch:
         stream = run_bare(fn, cases, ex.params)
     elif isolate and fork_available():
         stream = run_isolated(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
-                              timeout=timeout, extension=ex.extension)
+                              timeout=timeout, extension=ex.extension, forget=forget_kept)
     else:
         stream = run_in_process(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
                                 timeout=timeout, extension=ex.extension)
@@ -221,7 +227,17 @@ def _run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: fl
             return failed
         if prepared.untouched:
             return not_attempted(ex)
-        return _run_cases(ex, seeded, stream, tol, timeout, seed if chosen else None)
+        cases()
+        return _run_cases(ex, made[0], stream, tol, timeout, seed if chosen else None)
+
+
+def forget_kept() -> None:
+    """Drop the kept cases and answers of chosen seeds (in a check's worker, before the
+    learner's file loads: it finds none to copy)."""
+    _SEEDED.clear()
+    _SEEDED_BYTES[0] = 0
+    _MISTAKE_OUTPUTS.clear()
+    _MISTAKE_OUTPUTS_BYTES[0] = 0
 
 
 class _Seeded:

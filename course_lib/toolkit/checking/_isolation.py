@@ -49,6 +49,8 @@ from ._spec import Case, fresh_args
 from ._untouched import is_untouched
 from ._wire import decode, encode
 
+#: A check's cases, or a function that makes them (when the worker is ready for them).
+Cases = list[Case] | Callable[[], list[Case]]
 #: Bytes the worker may allocate beyond the address space it inherits from the session.
 MEMORY_CAP = 2 * 1024 ** 3
 #: Seconds the worker may take to start (before the learner's code runs; not the learner's time).
@@ -194,7 +196,7 @@ def _prepare(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
 # --------------------------------------------------------------------------- in-process runner
 
 
-def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
+def run_in_process(source: Any, cases: Cases, params: tuple[str, ...], *,
                    forbidden: tuple[str, ...], guard: CourseGuard | None,
                    timeout: float, extension: Any = None) -> Iterator[Any]:
     """Yields a :class:`Prepared`, then one :class:`CallOutcome` per case (no isolation, no
@@ -203,7 +205,7 @@ def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
     yield prepared
     if fn is None or prepared.untouched:
         return
-    for case in cases:
+    for case in (cases() if callable(cases) else cases):
         args, watch = fresh_args(case.args, params)
         out = run_call(fn, args, timeout=timeout, forbidden=forbidden,
                        max_square=case.max_square, course=guard, extension=extension)
@@ -211,14 +213,14 @@ def run_in_process(source: Any, cases: list[Case], params: tuple[str, ...], *,
         yield out
 
 
-def run_bare(source: Any, cases: list[Case], params: tuple[str, ...]) -> Iterator[Any]:
+def run_bare(source: Any, cases: Cases, params: tuple[str, ...]) -> Iterator[Any]:
     """Yields like :func:`run_in_process` with no watch at all (no time limit, no forbidden
     calls, no N×N watch): the course's statistical tests of its own solutions and mistakes."""
     fn, prepared = _prepare(source)
     yield prepared
     if fn is None or prepared.untouched:
         return
-    for case in cases:
+    for case in (cases() if callable(cases) else cases):
         args, watch = fresh_args(case.args, params)
         out = CallOutcome()
         try:
@@ -242,7 +244,7 @@ def _vm_bytes() -> int | None:
     return None
 
 
-def _setup_child(memory_cap: int | None, forbidden: tuple[str, ...]) -> None:
+def _setup_child(memory_cap: int | None) -> None:
     try:
         os.setpgid(0, 0)    # a group of its own: the parent kills it whole (see _Worker.close)
     except OSError:
@@ -274,8 +276,18 @@ def _setup_child(memory_cap: int | None, forbidden: tuple[str, ...]) -> None:
             except Exception:
                 pass
     torch.set_num_threads(1)
-    _policy.install(forbidden, os.getpid(), machinery_files(),
+    _policy.install(os.getpid(), machinery_files(),
                     _policy.generated_code(CallOutcome, Prepared, FileSource, Case))
+
+
+def _send_all(fd: int, obj: Any) -> None:
+    """``obj`` to the worker, pickled in full (the parent's own data, for its own worker)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _send(fd: int, obj: Any) -> None:
@@ -319,18 +331,19 @@ def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
     return msg
 
 
-def _load_watched(source: Any, forbidden: tuple[str, ...], guard: CourseGuard | None
-                  ) -> tuple[Callable[..., Any] | None, Prepared]:
-    """:func:`_prepare` under the watch: a file's top level is the learner's code too, and so is
-    whatever an odd callable runs when it is inspected (its ``__getattr__``...). Reading a plain
-    function's source runs none of the learner's code."""
+def _load_watched(source: Any) -> tuple[Callable[..., Any] | None, Prepared]:
+    """:func:`_prepare` under the policy: a file's top level is the learner's code too, and so
+    is whatever an odd callable runs when it is inspected (its ``__getattr__``...). The cases
+    do not exist in the worker yet (:func:`run_isolated` sends them once the file is loaded), so
+    the top level may run what a chapter's notebook runs (the course's helpers, torch's
+    softmax) with nothing to compute an answer from. Reading a plain function's source runs
+    none of the learner's code."""
     if isinstance(source, types.FunctionType | types.MethodType):
         return _prepare(source)
     load = CallOutcome()
     recorder, call, prepare = _policy.RECORDER, run_call, _prepare
     recorder.outcome = load
-    call(lambda: prepare(source), (), timeout=1e9, forbidden=forbidden, course=guard,
-         outcome=load, threaded=False)
+    call(lambda: prepare(source), (), timeout=1e9, outcome=load, threaded=False)
     recorder.outcome = None
     if refused(load) or load.error_type or not isinstance(load.value, tuple):
         return None, Prepared(outcome=load)
@@ -342,16 +355,39 @@ def refused(out: CallOutcome) -> bool:
     return bool(out.forbidden or out.course_call or out.tamper or out.policy)
 
 
-def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
+def _receive(fd: int) -> Any:
+    """The cases, sent by the parent once the learner's file is loaded (trusted data)."""
+    head = b""
+    while len(head) < _HEADER.size:
+        chunk = os.read(fd, _HEADER.size - len(head))
+        if not chunk:
+            raise EOFError("the checker closed the connection")
+        head += chunk
+    size = _HEADER.unpack(head)[0]
+    parts, got = [], 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the checker closed the connection")
+        parts.append(chunk)
+        got += len(chunk)
+    return torch.load(io.BytesIO(b"".join(parts)), weights_only=False)
+
+
+def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
            forbidden: tuple[str, ...], guard: CourseGuard | None,
-           memory_cap: int | None, extension: Any) -> None:
+           memory_cap: int | None, extension: Any, forget: Callable[[], None] | None) -> None:
     # Bound before any learner code runs: a file's top level that rebinds these module names
     # (``_isolation.run_call = ...``) changes nothing here.
-    call, send, encode_outcome, copies = run_call, _send, _encode_outcome, fresh_args
+    call, send, encode_outcome, copies, receive = run_call, _send, _encode_outcome, fresh_args, \
+        _receive
     recorder, reporting, between = _policy.RECORDER, _policy.reporting, _policy.reporting_trace
-    _setup_child(memory_cap, forbidden)
+    refuse_kernels = _policy.refuse_kernels
+    _setup_child(memory_cap)
+    if forget is not None:
+        forget()          # the session's kept cases and answers of chosen seeds: not here
     send(fd, {"kind": "ready"})
-    fn, prepared = _load_watched(source, forbidden, guard)
+    fn, prepared = _load_watched(source)
     reporting()
     loaded = prepared.outcome
     send(fd, {"kind": "loaded", "untouched": prepared.untouched,
@@ -359,6 +395,8 @@ def _child(fd: int, source: Any, cases: list[Case], params: tuple[str, ...],
               "refused": encode_outcome(loaded) if loaded is not None else None})
     if fn is None or prepared.untouched:
         return
+    refuse_kernels(forbidden)
+    cases = receive(cases_fd)
     for case in cases:
         args, watch = copies(case.args, params)
         out = CallOutcome()
@@ -481,15 +519,18 @@ def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
     return out
 
 
-def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
+def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
                  forbidden: tuple[str, ...], guard: CourseGuard | None, timeout: float,
-                 memory_cap: int | None = MEMORY_CAP, extension: Any = None
-                 ) -> Iterator[Any]:
+                 memory_cap: int | None = MEMORY_CAP, extension: Any = None,
+                 forget: Callable[[], None] | None = None) -> Iterator[Any]:
     """Like :func:`run_in_process`, with the learner's code in a forked worker.
 
-    A call (or loading a :class:`FileSource`) that takes longer than ``timeout`` yields an
-    outcome with ``timed_out``; a worker that dies yields one with ``ended`` ("exit:N",
-    "signal:N"). The worker is killed when the generator closes.
+    The worker is forked before the cases exist (``cases`` may be a function that makes them),
+    loads the learner's file, and only then receives them: a file's top level has no inputs to
+    compute answers from. ``forget`` runs in the worker first (the engine drops its copies of
+    the cases and answers of chosen seeds there). A call (or loading a :class:`FileSource`) that
+    takes longer than ``timeout`` yields an outcome with ``timed_out``; a worker that dies yields
+    one with ``ended`` ("exit:N", "signal:N"). The worker is killed when the generator closes.
     """
     _warm_up()
     _warm_serialisation()
@@ -500,6 +541,7 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
         except Exception:
             pass
     r, w = os.pipe()
+    cases_r, cases_w = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # "fork() in a multi-threaded process": we exec
         pid = os.fork()                       # nothing and leave with os._exit
@@ -507,12 +549,14 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
         code = 0
         try:
             os.close(r)
-            _child(w, source, cases, params, forbidden, guard, memory_cap, extension)
+            os.close(cases_w)
+            _child(w, cases_r, source, params, forbidden, guard, memory_cap, extension, forget)
         except BaseException:
             code = 70
         finally:
             os._exit(code)
     os.close(w)
+    os.close(cases_r)
     worker = _Worker(pid, r)
     try:
         msg = worker.recv(START_LIMIT)
@@ -528,10 +572,21 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
             yield Prepared(outcome=CallOutcome(ended=_ended(worker.wait_exit(timeout))))
             return
         load_error, loaded = msg.get("load_error"), msg.get("refused")
-        yield Prepared(untouched=bool(msg.get("untouched")),
-                       load_error=str(load_error) if load_error is not None else None,
-                       outcome=_decode_outcome(loaded) if isinstance(loaded, dict) else None)
-        for _ in cases:
+        prepared = Prepared(untouched=bool(msg.get("untouched")),
+                            load_error=str(load_error) if load_error is not None else None,
+                            outcome=_decode_outcome(loaded) if isinstance(loaded, dict) else None)
+        yield prepared
+        if prepared.untouched or prepared.load_error is not None or prepared.outcome is not None:
+            return
+        made = cases() if callable(cases) else cases
+        try:
+            _send_all(cases_w, made)
+        except OSError:            # the worker is gone: its status says how
+            status = worker.wait_exit(timeout)
+            yield CallOutcome(ended=_ended(status)) if status is not None \
+                else CallOutcome(timed_out=True)
+            return
+        for _ in made:
             msg = worker.recv(timeout)
             if msg == "timeout":
                 yield CallOutcome(timed_out=True)
@@ -545,4 +600,8 @@ def run_isolated(source: Any, cases: list[Case], params: tuple[str, ...], *,
                 return
             yield _decode_outcome(msg)
     finally:
+        try:
+            os.close(cases_w)
+        except OSError:
+            pass
         worker.close()

@@ -292,9 +292,10 @@ def reporting() -> None:
     sys.settrace(reporting_trace)
 
 
-def install(forbidden: tuple[str, ...], pid: int, machinery: frozenset[str],
-            generated: frozenset[Any] = frozenset()) -> None:
-    """Fence this process (a check's worker) in for good; see the module docstring.
+def install(pid: int, machinery: frozenset[str], generated: frozenset[Any] = frozenset()
+            ) -> None:
+    """Fence this process (a check's worker) in for good; see the module docstring. The
+    forbidden kernels come later (:func:`refuse_kernels`), once the learner's file is loaded.
 
     ``machinery``: the checker's own files, which alone may set the trace function;
     ``generated``: the checker's generated code (see :func:`generated_code`)."""
@@ -314,5 +315,4 @@ def install(forbidden: tuple[str, ...], pid: int, machinery: frozenset[str],
         owner = importlib.import_module(module_name)
         if hasattr(owner, name):
             setattr(owner, name, _switch_guard(getattr(owner, name), f"{module_name}.{name}"))
-    refuse_kernels(forbidden)
     sys.addaudithook(_audit)
