@@ -6,17 +6,21 @@ as they are. Measured on the course machines (``python bench/check_latency.py --
 costs about 20-50 ms, a pre-started worker 5-12 ms (but it only takes module-level functions),
 a spawned interpreter 2-4 s (it imports torch).
 
-The worker caps its address space, uses one thread, sends its prints nowhere, refuses calls into
-the course's own code (:class:`CourseGuard`: the trace function sees every Python frame whose
-code lives in the ``course_lib`` package or is a copy of such code, recognised by content; the
-checker's own machinery excepted), keeps the learner
-from switching that trace function off (an audit hook), and runs the cases one by one. After each
-call it sends the outcome as ``torch.save`` bytes of plain data: tensors become plain dense
-tensors, other objects are only described. The parent loads them with ``torch.load(...,
-weights_only=True)``, compares them with the oracle's answers (in the parent, out of the
-learner's reach) and enforces the time limit by killing the worker. Whatever the learner's code
-does inside the worker (patch torch, change the default dtype, exit, crash, loop, allocate)
-cannot reach the parent: the learner's session.
+The worker caps its address space, uses one thread, sends its prints nowhere, runs in a process
+group of its own (killed whole), and installs the policy (:mod:`._policy`: no threads, processes,
+sockets or native code) before any learner code runs. It loads the learner's file under that
+policy, and only then receives the cases from the parent (a file's top level finds nothing to
+answer). Each call runs under the watch: forbidden kernels refused, the course guard
+(:class:`CourseGuard`: the trace function sees every Python frame whose code lives in the
+``course_lib`` package or is a copy of such code, recognised by content; the checker's own
+machinery excepted), the N×N watch and the exercise's extension. Between calls no learner code
+runs at all (the policy's reporting trace). After each call the worker sends the outcome as
+``torch.save`` bytes of plain data (:mod:`._wire`): tensors become plain dense tensors, other
+objects are only described. The parent loads them with ``torch.load(..., weights_only=True)``,
+compares them with the oracle's answers (in the parent, out of the learner's reach) and enforces
+the time limit by killing the worker. Whatever the learner's code does inside the worker (patch
+torch, change the default dtype, exit, crash, loop, allocate) cannot reach the parent: the
+learner's session.
 """
 
 from __future__ import annotations
