@@ -107,7 +107,7 @@ def test_returns_wrong_shape():
 
 def test_returns_wrong_dtype():
     result = exercises.check("softmax", lambda x, dim=-1: _stable(x.double(), dim))
-    assert result.mistake == "wrong_dtype"
+    assert result.mistake == "dtype_not_kept"
     assert "dtype float64; expected float32" in result.message
 
 
@@ -118,7 +118,7 @@ def test_returns_nan():
 
 def test_returns_wrong_type_for_int_exercise():
     result = exercises.check("attention_flops", lambda n, d: 4.0 * n * n * d)
-    assert result.mistake == "wrong_type" and "return an int" in result.message
+    assert result.mistake == "float_count" and "return an int" in result.message
     result = exercises.check("attention_flops", lambda n, d: torch.tensor(4 * n * n * d))
     assert result.mistake == "wrong_type" and ".item()" in result.message
 
@@ -134,7 +134,7 @@ def test_returns_non_tuple_where_tuple_expected():
 
 def test_bool_mask_returned_as_float():
     result = exercises.check("causal_mask", lambda n: torch.ones(n, n).tril())
-    assert result.mistake == "wrong_dtype" and ".bool()" in result.message
+    assert result.mistake == "not_bool" and ".bool()" in result.message
 
 
 # ---------------------------------------------------------------- prints, time limit

@@ -58,6 +58,22 @@ def _hard_argmax(query, keys, values):
     return values[(keys @ query).argmax()].clone()
 
 
+def _normalised_without_exp(query, keys, values):
+    scores = keys @ query
+    return (scores / scores.sum()) @ values
+
+
+def _mean_not_sum(query, keys, values):
+    weights = torch.softmax(keys @ query, dim=-1)
+    return (weights[:, None] * values).mean(0)
+
+
+def _cosine_similarity(query, keys, values):
+    q = query / query.norm()
+    k = keys / keys.norm(dim=-1, keepdim=True)
+    return torch.softmax(k @ q, dim=-1) @ values
+
+
 RETRIEVE = Exercise(
     id="retrieve",
     chapter="01_library_analogy",
@@ -89,5 +105,18 @@ RETRIEVE = Exercise(
         Mistake("hard_argmax", "You returned the value of the single best key (a hard look-up). "
                                "Attention is soft: every value contributes, weighted by the "
                                "softmax of the scores.", _hard_argmax),
+        Mistake("normalised_without_exp", "You divided the scores by their sum. That makes them "
+                                          "sum to 1, but negative scores stay negative weights "
+                                          "and a zero sum blows up: exponentiate first "
+                                          "(a softmax), then normalise.",
+                _normalised_without_exp),
+        Mistake("mean_not_sum", "You averaged the weighted values over the S keys (.mean), "
+                                "which divides the answer by S once more: the softmax weights "
+                                "already sum to 1, so add the weighted values up (.sum, or "
+                                "weights @ values).", _mean_not_sum),
+        Mistake("cosine_similarity", "You normalised the query and the keys (cosine "
+                                     "similarity). The look-up scores are the plain dot "
+                                     "products keys @ query: a longer key vector is meant to "
+                                     "score higher.", _cosine_similarity),
     ),
 )

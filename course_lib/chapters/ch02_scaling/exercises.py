@@ -59,6 +59,10 @@ def _missing_transpose(q, k):
     return q @ k / math.sqrt(q.shape[-1])
 
 
+def _times_sqrt_E(q, k):
+    return q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1])
+
+
 SCALED_SCORES = Exercise(
     id="scaled_scores",
     chapter="02_scaling",
@@ -93,5 +97,8 @@ SCALED_SCORES = Exercise(
         Mistake("missing_transpose", "You multiplied q @ k without transposing k. Use "
                                      "k.transpose(-2, -1) (swap only the last two dims) so each "
                                      "query meets each key.", _missing_transpose),
+        Mistake("times_sqrt_E", "You multiplied the scores by √E instead of dividing: that "
+                                "makes their spread E times larger, not 1. Divide by "
+                                "math.sqrt(q.shape[-1]).", _times_sqrt_E),
     ),
 )

@@ -78,6 +78,21 @@ def _global_max(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def _min_shift(x, dim=-1):
+    e = torch.exp(x - x.amin(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _dtype_not_kept(x, dim=-1, dtype=torch.float64):
+    x = x.to(dtype)
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+_DTYPE_NOT_KEPT = ("Your softmax returns another dtype than its input: you converted x (to "
+                   "float64 or float32) for the computation but not back. Return the result "
+                   "in the input's dtype: .to(x.dtype).")
+
 SOFTMAX = Exercise(
     id="softmax",
     chapter="03_softmax",
@@ -107,6 +122,14 @@ SOFTMAX = Exercise(
         Mistake("global_max", "You subtracted the maximum of the whole tensor, not of each "
                               "slice: a slice far below the global maximum underflows to 0/0. "
                               "Use x.amax(dim=dim, keepdim=True).", _global_max),
+        Mistake("min_shift", "You subtracted the minimum of each slice, not its maximum: the "
+                             "largest entry then sits far above 0 and exp overflows to inf "
+                             "(inf/inf = NaN). Subtract x.amax(dim=dim, keepdim=True), so "
+                             "every exponent is <= 0.", _min_shift),
+        Mistake("dtype_not_kept", _DTYPE_NOT_KEPT, _dtype_not_kept),
+        Mistake("dtype_not_kept_float32", _DTYPE_NOT_KEPT,
+                lambda x, dim=-1: _dtype_not_kept(x, dim, torch.float32),
+                family="dtype_not_kept"),
         Mistake("ignores_dim", "Your softmax always runs over the last axis: use the `dim` "
                                "argument (in amax/max and in sum, with keepdim=True).",
                 _ignores_dim),
@@ -135,9 +158,19 @@ def _sa_cases(gen: torch.Generator) -> list[Case]:
         Case("one sequence, float64", (r(1, 7, 3, dtype=f64), r(3, 5, dtype=f64),
                                        r(3, 5, dtype=f64), r(3, 2, dtype=f64))),
         Case("wider values", (r(3, 4, 8), r(8, 6, s=0.4), r(8, 6, s=0.4), r(8, 9))),
-        Case("large scores", (r(2, 6, 5, s=3.0), r(5, 7), r(5, 7), r(5, 3)),
+        Case("large scores", _overflowing(r(2, 6, 5, s=3.0), r(5, 7), r(5, 7), r(5, 3)),
              note="big projections: the softmax must be stable"),
     ]
+
+
+def _overflowing(x, w_q, w_k, w_v):
+    """The arguments with x scaled so that the largest score is about 200: exp of it overflows
+    float32 (past ~88.7) on every seed, so an unshifted softmax always shows."""
+    scores = (x @ w_q) @ (x @ w_k).transpose(-2, -1) / math.sqrt(w_q.shape[1])
+    top = float(scores.max())
+    if top < 200.0:
+        x = x * math.sqrt(200.0 / max(top, 1e-3))
+    return x, w_q, w_k, w_v
 
 
 def _sa_oracle(x, w_q, w_k, w_v):
@@ -186,6 +219,19 @@ def _sa_swapped(x, w_q, w_k, w_v):
     return _sa(x, w_q, w_k, w_v, swap=True)
 
 
+def _sa_scores_transposed(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    w = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, w
+
+
+def _sa_unstable(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    w = e / e.sum(dim=-1, keepdim=True)
+    return w @ v, w
+
+
 SELF_ATTENTION = Exercise(
     id="self_attention",
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
@@ -219,5 +265,13 @@ SELF_ATTENTION = Exercise(
         Mistake("transposed_weights", "You multiplied the transposed weights by v. Row i of "
                                       "weights belongs to query i: out = weights @ v.",
                 _sa_transposed),
+        Mistake("scores_transposed", "You computed k @ qᵀ: row i of those scores belongs to "
+                                     "key i, not query i. Compute q @ kᵀ (q rows, k columns), "
+                                     "then the softmax over the last axis.",
+                _sa_scores_transposed),
+        Mistake("unstable_softmax", "Your softmax overflows on large scores (exp of a big "
+                                    "score is inf, and inf/inf = NaN). Subtract each row's "
+                                    "maximum before exp, or use torch.softmax.",
+                _sa_unstable),
     ),
 )

@@ -54,6 +54,11 @@ def _split_no_transpose(x, num_heads):
     return x.reshape(B, L, num_heads, HD // num_heads)
 
 
+def _split_count_as_width(x, num_heads):
+    B, L, HD = x.shape
+    return x.reshape(B, L, HD // num_heads, num_heads).transpose(1, 2)
+
+
 SPLIT_HEADS = Exercise(
     id="split_heads",
     chapter="04_multi_head",
@@ -80,6 +85,11 @@ SPLIT_HEADS = Exercise(
                 "(B, L, H, E).", _split_wrong_order),
         Mistake("missing_transpose", "You returned (B, L, H, E): move the head axis before the "
                 "token axis with .transpose(1, 2).", _split_no_transpose),
+        Mistake("count_as_width", "You cut each token's features into pieces of width "
+                "num_heads (x.split(n) takes the size of the pieces, not their number), so you "
+                "got D / num_heads heads of width num_heads. Heads are num_heads pieces of "
+                "width E = D // num_heads: x.chunk(num_heads, -1), or reshape to (B, L, H, E).",
+                _split_count_as_width),
     ),
 )
 
@@ -117,6 +127,16 @@ def _merge_wrong_order(x):
     return x.permute(0, 2, 3, 1).reshape(B, L, H * E)
 
 
+def _merge_along_tokens(x):
+    B, H, L, E = x.shape
+    return x.reshape(B, H * L, E)
+
+
+def _merge_wrong_axes(x):
+    B, H, L, E = x.shape
+    return x.transpose(2, 3).reshape(B, L, H * E)
+
+
 MERGE_HEADS = Exercise(
     id="merge_heads",
     chapter="04_multi_head",
@@ -140,6 +160,14 @@ MERGE_HEADS = Exercise(
         Mistake("wrong_head_order", "You interleaved the heads feature by feature. Each token's "
                 "output is head 0's E features, then head 1's...: transpose(1, 2) to "
                 "(B, L, H, E), then reshape.", _merge_wrong_order),
+        Mistake("along_tokens", "You put the heads one after the other along the token axis "
+                "(B, H·L, E). Each token keeps its place; its heads' features are glued "
+                "together: (B, L, H·E), e.g. torch.cat([x[:, h] for h in range(H)], dim=-1).",
+                _merge_along_tokens),
+        Mistake("transposed_wrong_axes", "You swapped the last two axes (tokens and features) "
+                "before the reshape. The axes to swap are heads and tokens: "
+                "x.transpose(1, 2) gives (B, L, H, E), then reshape to (B, L, H·E).",
+                _merge_wrong_axes),
     ),
 )
 
@@ -183,19 +211,25 @@ def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor
     return merged @ w_o
 
 
-def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None):
+def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None,
+         merge_permute=None, dim=-1, per_head_qkv=False):
     B, L, D = x.shape
     H = num_heads if heads is None else heads
     E = D // H
-    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    if per_head_qkv:   # columns read as [q_0 k_0 v_0 | q_1 k_1 v_1 | ...]
+        q, k, v = (t.reshape(B, L, D) for t in
+                   (x @ w_qkv).reshape(B, L, H, 3 * E).split(E, dim=-1))
+    else:
+        q, k, v = (x @ w_qkv).split(D, dim=-1)
     if permute:
         q, k, v = (t.reshape(B, L, H, E).transpose(1, 2) for t in (q, k, v))
     else:
         q, k, v = (t.reshape(B, H, L, E) for t in (q, k, v))
     width = E if scale_width is None else scale_width
-    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width), dim=-1)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width), dim=dim)
     o = w @ v
-    merged = o.transpose(1, 2).reshape(B, L, D) if permute else o.reshape(B, L, D)
+    merge_permute = permute if merge_permute is None else merge_permute
+    merged = o.transpose(1, 2).reshape(B, L, D) if merge_permute else o.reshape(B, L, D)
     return merged @ w_o if project else merged
 
 
@@ -207,6 +241,22 @@ def _mha_no_permute(x, w_qkv, w_o, num_heads):
     return _mha(x, w_qkv, w_o, num_heads, permute=False)
 
 
+def _mha_split_no_permute(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, permute=False, merge_permute=True)
+
+
+def _mha_merge_no_permute(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, merge_permute=False)
+
+
+def _mha_softmax_over_queries(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, dim=-2)
+
+
+def _mha_qkv_per_head(x, w_qkv, w_o, num_heads):
+    return _mha(x, w_qkv, w_o, num_heads, per_head_qkv=True)
+
+
 def _mha_scale_D(x, w_qkv, w_o, num_heads):
     return _mha(x, w_qkv, w_o, num_heads, scale_width=x.shape[-1])
 
@@ -214,6 +264,11 @@ def _mha_scale_D(x, w_qkv, w_o, num_heads):
 def _mha_one_head(x, w_qkv, w_o, num_heads):
     return _mha(x, w_qkv, w_o, num_heads, heads=1)
 
+
+_MHA_NO_PERMUTE = ("You split or merged the heads with a plain reshape between (B, L, D) and "
+                   "(B, H, L, E): that mixes tokens between heads. Split: reshape to "
+                   "(B, L, H, E) then transpose(1, 2); merge: transpose(1, 2) back, then "
+                   "reshape to (B, L, D).")
 
 MULTI_HEAD_ATTENTION = Exercise(
     id="multi_head_attention",
@@ -238,12 +293,22 @@ MULTI_HEAD_ATTENTION = Exercise(
     mistakes=(
         Mistake("missing_output_projection", "You forgot the output projection: after merging "
                 "the heads back to (B, L, D), multiply by w_o.", _mha_no_projection),
-        Mistake("reshape_without_permute", "You split (and merged) the heads with a plain "
-                "reshape to (B, H, L, E): that mixes tokens between heads. Reshape to "
-                "(B, L, H, E) then transpose(1, 2); undo it the same way.", _mha_no_permute),
+        Mistake("reshape_without_permute", _MHA_NO_PERMUTE, _mha_no_permute),
+        Mistake("split_without_permute", _MHA_NO_PERMUTE, _mha_split_no_permute,
+                family="reshape_without_permute"),
+        Mistake("merge_without_permute", _MHA_NO_PERMUTE, _mha_merge_no_permute,
+                family="reshape_without_permute"),
         Mistake("scaled_by_D", "You scaled the scores by 1/√D (the full width). Each head works "
                 "on E = D / H features, so divide by √E.", _mha_scale_D),
         Mistake("single_head", "You computed one big head over all D features: split q, k, v "
                 "into num_heads heads of width D // num_heads first.", _mha_one_head),
+        Mistake("softmax_over_queries", "Your softmax runs over the queries (dim -2). Each "
+                "query's weights over the keys must sum to 1: softmax over the last axis.",
+                _mha_softmax_over_queries),
+        Mistake("qkv_per_head", "You read q, k and v per head from interleaved column blocks "
+                "[q k v of head 0 | q k v of head 1 | ...]. Here the columns of w_qkv are "
+                "[all of q | all of k | all of v]: split x @ w_qkv into three blocks of D "
+                "columns first, then split each into heads.", _mha_qkv_per_head),
     ),
+    forbidden=("mha",),     # the exercise is the module: nn.MultiheadAttention may not do it
 )

@@ -158,7 +158,7 @@ def alibi_bias(H: int, L: int, S: int) -> torch.Tensor:
     return (slopes[:, None, None] * (k_pos - q_pos)).to(torch.float32)
 
 
-def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True):
+def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True, causal=False):
     h = torch.arange(1, H + 1, dtype=torch.float64)
     m = {None: 2.0 ** (-8.0 * h / H), "halves": 2.0 ** (-h), "linear": h / H,
          "reversed": 2.0 ** (-8.0 * (H + 1 - h) / H), "from_zero": 2.0 ** (-8.0 * (h - 1) / H),
@@ -167,7 +167,8 @@ def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True):
     j = torch.arange(S, dtype=torch.float64)[None, :]
     r = {"j-i": j - i, "i-j": i - j, "j": j + 0 * i, "-i": -i + 0 * j,
          "-|j-i|": -(j - i).abs()}[rel]
-    return (m[:, None, None] * r).to(torch.float32)
+    bias = (m[:, None, None] * r).to(torch.float32)
+    return bias.masked_fill(j > i, float("-inf")) if causal else bias
 
 
 ALIBI_BIAS = Exercise(
@@ -227,6 +228,10 @@ ALIBI_BIAS = Exercise(
         Mistake("slopes_reversed", "Your slopes are in reverse order: head 0 has the largest "
                 "slope, 2^(-8/H), and head H-1 the smallest, 2^(-8).",
                 lambda H, L, S: _alibi_with(H, L, S, slopes="reversed")),
+        Mistake("masked_future", "You set the future keys (j > i') to -inf. The bias is "
+                "m_h·(j - i') for every (i, j): hiding the future is the causal mask's job, "
+                "applied separately, and an ALiBi bias also serves attention that may look "
+                "ahead.", lambda H, L, S: _alibi_with(H, L, S, causal=True)),
     ),
 )
 
@@ -265,13 +270,36 @@ def llama3_frequencies(E, base, factor, low_freq_factor, high_freq_factor,
     return (1 - a) * theta / factor + a * theta
 
 
-def _llama3_with(E, base, s, lo, hi, M, *, blend=None, dtype=torch.float64):
+def _llama3_with(E, base, s, lo, hi, M, *, blend=None, dtype=torch.float64, two_pi=True):
     theta = base ** (-torch.arange(0, E, 2, dtype=dtype) / E)
-    a = ((M * theta / (2 * torch.pi) - lo) / (hi - lo)).clamp(0, 1)
+    turns = M * theta / (2 * torch.pi) if two_pi else M * theta   # M / wavelength
+    a = ((turns - lo) / (hi - lo)).clamp(0, 1)
     if blend is not None:
         return blend(theta, a, s).to(torch.float64)
     return ((1 - a) * theta / s + a * theta).to(torch.float64)
 
+
+def _bands_swapped(t, a, s):
+    """Fast pairs (a = 1) divided, slow pairs (a = 0) kept; the middle band blended right."""
+    middle = (1 - a) * t / s + a * t
+    return torch.where(a >= 1, t / s, torch.where(a <= 0, t, middle))
+
+
+#: A float32 computation of the frequencies, in whatever order (float32 theta then float64,
+#: Hugging Face's inverse-then-where, all float32): each is within float32's rounding of the
+#: others, amplified by the exponent (|log theta| up to ~13 for base 500000): ~1e-6 relative.
+_FLOAT32_ROUNDING = (0.0, 1e-5)
+
+
+_BANDS_SWAPPED = (
+    "You divided the fast pairs (short wavelengths) by the factor and kept the slow ones. It "
+    "is the other way round: the fast pairs already met every angle in training and stay; the "
+    "slow pairs (wavelength > M / low_freq_factor), which would meet new angles at long range, "
+    "get theta / factor.")
+_NO_BLEND = (
+    "Your middle band is not blended: between the two thresholds (M / high_freq_factor <= "
+    "wavelength <= M / low_freq_factor) the frequency must move smoothly from theta / factor "
+    "to theta, (1 - a) theta / factor + a theta with a = (M / wavelength - low) / (high - low).")
 
 LLAMA3_FREQUENCIES = Exercise(
     id="llama3_frequencies",
@@ -296,28 +324,34 @@ LLAMA3_FREQUENCIES = Exercise(
         ".clamp(0, 1); return (1 - a) * theta / factor + a * theta",
     ),
     mistakes=(
-        Mistake("high_frequencies_scaled", "You divided the fast pairs (short wavelengths) by "
-                "the factor and kept the slow ones. It is the other way round: the fast pairs "
-                "already met every angle in training and stay; the slow pairs, which would meet "
-                "new angles at long range, get theta / factor.",
+        Mistake("high_frequencies_scaled", _BANDS_SWAPPED,
                 lambda *a: _llama3_with(*a, blend=lambda t, w, s: w * t / s + (1 - w) * t)),
+        Mistake("bands_swapped_blend_kept", _BANDS_SWAPPED,
+                lambda *a: _llama3_with(*a, blend=_bands_swapped),
+                family="high_frequencies_scaled"),
         Mistake("multiplied_by_factor", "You multiplied the slow frequencies by the factor. To "
                 "stretch a wavelength by the factor (position interpolation), divide the "
                 "frequency: theta / factor.",
                 lambda *a: _llama3_with(*a, blend=lambda t, w, s: (1 - w) * t * s + w * t)),
-        Mistake("no_blend", "Your middle band is left unscaled: between the two thresholds the "
-                "frequency must move smoothly from theta / factor to theta, "
-                "(1 - a) theta / factor + a theta with a = (M / wavelength - low) / "
-                "(high - low).",
+        Mistake("no_blend", _NO_BLEND,
                 lambda *a: _llama3_with(*a, blend=lambda t, w, s: torch.where(w > 0, t, t / s))),
+        Mistake("no_blend_divided", _NO_BLEND,
+                lambda *a: _llama3_with(*a, blend=lambda t, w, s: torch.where(w < 1, t / s, t)),
+                family="no_blend"),
         Mistake("unclamped_blend", "Your blend weight a is not clamped to [0, 1]: outside the "
                 "middle band it runs past 1 or below 0 and changes the frequencies that should "
                 "be kept or divided exactly. Clamp a.",
                 lambda E, b, s, lo, hi, M: _unclamped(E, b, s, lo, hi, M)),
-        Mistake("computed_in_float32", "Your frequencies are computed in float32 and differ "
-                "from float64 in the 8th digit. Compute base ** (-arange(0, E, 2) / E) in "
-                "float64 (arange(..., dtype=torch.float64)).",
-                lambda *a: _llama3_with(*a, dtype=torch.float32)),
+        Mistake("computed_in_float32", "Your frequencies are computed in float32 (at least "
+                "theta) and differ from float64 in the 7th digit. Compute "
+                "base ** (-arange(0, E, 2) / E) in float64 (arange(..., dtype=torch.float64)) "
+                "and stay in float64: a cast at the end cannot bring the lost digits back.",
+                lambda *a: _llama3_with(*a, dtype=torch.float32),
+                tolerance=lambda dtype: _FLOAT32_ROUNDING),
+        Mistake("wavelength_without_2pi", "Your wavelength is 1 / theta. A pair turns by theta "
+                "radians per position, so one full turn takes 2π / theta positions: "
+                "wavelength = 2 * math.pi / theta (and M / wavelength = M · theta / 2π turns).",
+                lambda *a: _llama3_with(*a, two_pi=False)),
     ),
 )
 

@@ -53,6 +53,11 @@ CAUSAL_MASK = Exercise(
         Mistake("upper_triangle", "You kept the upper triangle (j >= i): that lets each query "
                 "see the future. Query i may attend keys j <= i (the lower triangle).",
                 lambda n: torch.ones(n, n, dtype=torch.bool).triu()),
+        Mistake("not_bool", "Your mask holds numbers (1 and 0), not booleans. A float mask is "
+                "read as values to add to the scores (adding 1 or 0 hides nothing), and "
+                "~mask does not flip it: return dtype torch.bool, e.g. "
+                "torch.ones(n, n, dtype=torch.bool).tril() or a comparison j <= i.",
+                lambda n: torch.ones(n, n).tril()),
     ),
 )
 
@@ -89,6 +94,11 @@ def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     return (tokens != pad_id)[:, None, None, :]
 
 
+_PAD_MISSING_AXES = (
+    "Your mask lacks an axis: it does not broadcast against the scores (B, H, L, S) the way it "
+    "should (its batch axis would line up with the heads or the queries). Return "
+    "(B, 1, 1, N): mask[:, None, None, :].")
+
 PADDING_MASK = Exercise(
     id="padding_mask",
     chapter="06_masks",
@@ -107,14 +117,19 @@ PADDING_MASK = Exercise(
     mistakes=(
         Mistake("inverted", "Your mask is True on the padding. True must mean 'may attend': "
                 "use tokens != pad_id.", lambda t, p=0: (t == p)[:, None, None, :]),
-        Mistake("missing_axes", "Your mask has shape (B, N): it does not broadcast against "
-                "scores (B, H, L, S). Insert the head and query axes: mask[:, None, None, :].",
-                lambda t, p=0: t != p),
+        Mistake("missing_axes", _PAD_MISSING_AXES, lambda t, p=0: t != p),
+        Mistake("one_axis_missing", _PAD_MISSING_AXES, lambda t, p=0: (t != p)[:, None, :],
+                family="missing_axes"),
         Mistake("masks_queries", "Your mask has shape (B, 1, N, 1): it hides queries, not keys. "
                 "Padding keys must get no weight: put N on the last axis, (B, 1, 1, N).",
                 lambda t, p=0: (t != p)[:, None, :, None]),
         Mistake("hardcoded_pad_zero", "You compared with 0 instead of pad_id: use the pad_id "
                 "argument.", lambda t, p=0: (t != 0)[:, None, None, :]),
+        Mistake("not_bool", "Your mask holds numbers (1 and 0), not booleans. A float mask is "
+                "read as values to add to the scores (adding 1 or 0 hides nothing), and "
+                "~mask does not flip it: return the comparison itself, "
+                "(tokens != pad_id)[:, None, None, :], a bool tensor.",
+                lambda t, p=0: (t != p).float()[:, None, None, :]),
     ),
 )
 
@@ -192,6 +207,10 @@ def _ma_fill_zero(q, k, v, mask):
     return torch.softmax(_scores(q, k).masked_fill(~mask, 0.0), dim=-1) @ v
 
 
+def _ma_finite_fill(q, k, v, mask):
+    return torch.softmax(_scores(q, k).masked_fill(~mask, -1e9), dim=-1) @ v
+
+
 def _ma_unstable(q, k, v, mask, *, guard=True):
     e = torch.exp(_scores(q, k).masked_fill(~mask, float("-inf")))
     z = e.sum(dim=-1, keepdim=True)
@@ -233,6 +252,12 @@ MASKED_ATTENTION = Exercise(
                 _ma_after_softmax),
         Mistake("fill_zero", "You replaced masked scores by 0, but exp(0) = 1: masked keys "
                 "still get weight. Fill them with -inf.", _ma_fill_zero),
+        Mistake("finite_fill", "You filled masked scores with a large negative number (-1e9, "
+                "or the dtype's minimum) instead of -inf. Where a query has some allowed key "
+                "that works, but a query with no allowed key gets the same score everywhere, "
+                "so it averages all the values instead of returning zeros. Use -inf and guard "
+                "the all-masked rows (max replaced by 0, sum 0 replaced by 1).",
+                _ma_finite_fill),
         Mistake("no_scaling", "You forgot to scale the scores by 1/√E (E = q.shape[-1]).",
                 _ma_no_scaling),
         Mistake("not_stable", "Your softmax overflows on large scores (exp(400) = inf in "

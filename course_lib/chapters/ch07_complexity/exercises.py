@@ -19,6 +19,10 @@ def attention_flops(n: int, d: int) -> int:
     return scores + weighted_sum
 
 
+_FLOAT_COUNT = ("Your count is right but it is a float (a float literal such as 4.0, or a "
+                "`/` somewhere): a count of FLOPs or bytes is a whole number. Stay in integer "
+                "arithmetic (`*`, `//`) or return int(...).")
+
 ATTENTION_FLOPS = Exercise(
     id="attention_flops",
     chapter="07_complexity",
@@ -49,6 +53,15 @@ ATTENTION_FLOPS = Exercise(
                 lambda n, d: 4 * n * n * d + 6 * n * d * d),
         Mistake("linear_in_n", "Your count grows linearly with n; attention compares every "
                 "token with every token, so it grows as n².", lambda n, d: 4 * n * d),
+        Mistake("n_and_d_swapped", "Your count grows as n·d² instead of n²·d. QKᵀ is "
+                "(n, d) @ (d, n): n·n dot products of length d, 2·n²·d FLOPs; weights·V is "
+                "(n, n) @ (n, d), 2·n²·d again.", lambda n, d: 4 * n * d * d),
+        *(Mistake(f"included_softmax_{k}", "You also counted the softmax (a few operations per "
+                  "score: max, subtract, exp, sum, divide). This exercise counts only the two "
+                  "matrix products QKᵀ and weights·V: drop it.",
+                  lambda n, d, k=k: 4 * n * n * d + k * n * n, family="included_softmax")
+          for k in range(1, 6)),
+        Mistake("float_count", _FLOAT_COUNT, lambda n, d: float(4 * n * n * d)),
     ),
 )
 
@@ -88,6 +101,12 @@ ATTENTION_MEMORY = Exercise(
                 lambda n, heads=1, b=4: 8 * heads * n * n * b),
         Mistake("linear_in_n", "Your count grows linearly with n; a score matrix has n × n "
                 "entries.", lambda n, heads=1, b=4: heads * n * b),
+        Mistake("elements_not_bytes", "You counted the entries of the score matrices, not their "
+                "bytes: multiply by bytes_per_element.", lambda n, heads=1, b=4: heads * n * n),
+        Mistake("scores_and_weights", "You counted two matrices per head (the scores and the "
+                "softmax weights). The exercise asks for the score matrices: one (n, n) matrix "
+                "per head (the weights can overwrite the scores in place).",
+                lambda n, heads=1, b=4: 2 * heads * n * n * b),
     ),
 )
 
@@ -160,5 +179,9 @@ LAYER_FLOPS = Exercise(
                 "(n·D additions each). This exercise counts only the six matrix products "
                 "(bias-free projections, as in most modern models): drop them.",
                 lambda n, d: _layer(n, d) + 4 * n * d),
+        Mistake("fused_qkv_as_one", "You counted the fused Q, K, V projection as one (D, D) "
+                "product. It is (n, D) @ (D, 3D): three products' worth, 3 · 2·n·D² FLOPs, plus "
+                "2·n·D² for W_O.", lambda n, d: 4 * n * d * d + 4 * n * n * d),
+        Mistake("float_count", _FLOAT_COUNT, lambda n, d: float(_layer(n, d))),
     ),
 )

@@ -33,11 +33,11 @@ def _decode_cases(gen: torch.Generator) -> list[Case]:
     ]
 
 
-def _rot(t, cos, sin, P):
-    """RoPE of t (B, L, E) at positions P .. P+L-1 (split halves)."""
+def _rot(t, cos, sin, P, sign=1.0):
+    """RoPE of t (B, L, E) at positions P .. P+L-1 (split halves); ``sign=-1``: backwards."""
     L = t.shape[-2]
     t1, t2 = t.chunk(2, dim=-1)
-    return t * cos[P:P + L] + torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
+    return t * cos[P:P + L] + sign * torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
 
 
 def _decode_oracle(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin):
@@ -81,21 +81,34 @@ def _attend(q, k, v, mask=None):
 
 
 def _ds(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin, *, at=lambda P: P, rotate_v=False,
-        cache_k=None, mask="bottom_right", before_append=False):
+        cache_k=None, mask="bottom_right", before_append=None, rotate_k=True, sign=1.0,
+        nan_rows=False):
     """The solution with one thing changed: positions start at ``at(P)``, the values rotated
-    too, ``cache_k(x, w_k, k_rot)`` appended instead of the rotated keys, another mask, or the
-    queries attending before the append."""
+    too, the keys not rotated, a backwards rotation, ``cache_k(x, w_k, k_rot)`` appended
+    instead of the rotated keys, another mask, or the queries attending before the append
+    (``before_append``: the mask then is ``"none"`` or made for the cache's (L, P) shape,
+    ``"bottom_right"``). ``nan_rows``: a query with no allowed key gets NaN (a plain softmax),
+    not zeros."""
     P, L = k_cache.shape[-2], x.shape[-2]
     q, k_raw, v_new = x @ w_q, x @ w_k, x @ w_v
-    q, k_new = _rot(q, cos, sin, at(P)), _rot(k_raw, cos, sin, at(P))
+    q, k_new = _rot(q, cos, sin, at(P), sign), _rot(k_raw, cos, sin, at(P), sign)
+    if not rotate_k:
+        k_new = k_raw
     if rotate_v:
-        v_new = _rot(v_new, cos, sin, at(P))
+        v_new = _rot(v_new, cos, sin, at(P), sign)
     k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
     S = k.shape[-2]
     masks = {"bottom_right": torch.ones(L, S, dtype=torch.bool).tril(S - L),
-             "top_left": torch.ones(L, S, dtype=torch.bool).tril(), "none": None}
-    if before_append:
+             "top_left": torch.ones(L, S, dtype=torch.bool).tril(), "none": None,
+             "cache_length": torch.ones(L, S, dtype=torch.bool).tril(P - L)}
+    if before_append == "none":
         out = _attend(q, k_cache, v_cache) if P else torch.zeros_like(v_new)
+    elif before_append == "bottom_right":
+        out = _attend(q, k_cache, v_cache, torch.ones(L, P, dtype=torch.bool).tril(P - L))
+    elif nan_rows:
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+            ~masks[mask], float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
     else:
         out = _attend(q, k, v, masks[mask])
     if cache_k is not None:
@@ -106,6 +119,13 @@ def _ds(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin, *, at=lambda P: P, rotate_
 def _mistake(**change):
     return lambda *args: _ds(*args, **change)
 
+
+_BEFORE_APPEND = (
+    "Your new queries see only the P keys cached before this step, not their own: you "
+    "attended before appending the new keys and values, or built the mask from the cache's "
+    "length before the append (tril(P - L) hides every new key). A token must see itself and "
+    "the new tokens before it: append first, then attend over all S = P + L keys under "
+    "tril(diagonal=S - L), with S read from the extended cache.")
 
 DECODE_STEP = Exercise(
     id="decode_step",
@@ -151,10 +171,22 @@ DECODE_STEP = Exercise(
                 "query i is at position P + i, not i, so it must see keys j <= i + (S - L). "
                 "Align the mask bottom-right: tril(diagonal=S - L) (for one new token it is "
                 "all True).", _mistake(mask="top_left")),
-        Mistake("attend_before_append", "Your new queries attend to the cache *before* their "
-                "own keys and values are appended: a token must see itself. Concatenate "
-                "the new keys and values to the caches first, then attend.",
-                _mistake(before_append=True)),
+        Mistake("attend_before_append", _BEFORE_APPEND, _mistake(before_append="none")),
+        Mistake("attend_before_append_masked", _BEFORE_APPEND,
+                _mistake(before_append="bottom_right"), family="attend_before_append"),
+        # tril(P - L) on the extended (L, P + L) scores hides every new key: the same
+        # outputs as a bottom-right mask on the cache before the append, but for the queries
+        # left with no key at all (P < L), which a plain softmax turns into NaN
+        Mistake("mask_from_cache_length", _BEFORE_APPEND,
+                _mistake(mask="cache_length", nan_rows=True), family="attend_before_append"),
+        Mistake("keys_not_rotated", "You rotated the queries but not the keys. RoPE turns "
+                "both q and k by their positions, so that q · k depends on the distance "
+                "between them; the cache holds rotated keys, so rotate the new keys too before "
+                "scoring and appending them.", _mistake(rotate_k=False)),
+        Mistake("rotated_backwards", "You rotated by -position·θ: the sign of the sin term "
+                "is flipped (rotate_half([t1, t2]) is [-t2, t1], not [t2, -t1]). The cached "
+                "keys were rotated forwards, so the new q and k must be too.",
+                _mistake(sign=-1.0)),
         Mistake("no_causal_mask", "Without a mask, a chunk of several new tokens lets the "
                 "earlier ones see the later ones. Mask with a bottom-right causal mask.",
                 _mistake(mask="none")),
@@ -239,6 +271,10 @@ def _sw(n, window, keep):
     return keep(i, j, window)
 
 
+_WINDOW_NOT_CAUSAL = (
+    "Your window lets queries see future keys (j > i): a decoder's window looks only back. "
+    "Require j <= i as well as j > i - window.")
+
 SLIDING_WINDOW_MASK = Exercise(
     id="sliding_window_mask",
     chapter="10_inference",
@@ -260,9 +296,10 @@ SLIDING_WINDOW_MASK = Exercise(
         Mistake("off_by_one", "Each query sees window + 1 keys: the window counts the query's "
                 "own position, so keep j > i - window (not j >= i - window).",
                 lambda n, w: _sw(n, w, lambda i, j, w: (j <= i) & (j >= i - w))),
-        Mistake("not_causal", "Your window is symmetric (|i - j| < window): queries see "
-                "future keys. A decoder's window looks only back: also require j <= i.",
+        Mistake("not_causal", _WINDOW_NOT_CAUSAL,
                 lambda n, w: _sw(n, w, lambda i, j, w: (i - j).abs() < w)),
+        Mistake("not_causal_one_sided", _WINDOW_NOT_CAUSAL,
+                lambda n, w: _sw(n, w, lambda i, j, w: j > i - w), family="not_causal"),
         Mistake("too_short", "Each query sees only window - 1 keys: the window includes the "
                 "query itself, so keep j > i - window (not j > i - window + 1).",
                 lambda n, w: _sw(n, w, lambda i, j, w: (j <= i) & (j > i - w + 1))),
@@ -339,5 +376,9 @@ KV_CACHE_BYTES = Exercise(
         Mistake("ignores_tokens", "Your count is the size for one token: the cache holds K "
                 "and V for every token, so multiply by tokens.",
                 lambda t, L, h, kv, d, dt: 2 * L * kv * d * dt.itemsize),
+        Mistake("float_bytes", "Your count is right but it is a float: "
+                "torch.finfo(dtype).bits / 8 is 2.0, not 2 (`/` always gives a float). Use "
+                "// 8, or dtype.itemsize, so that the count stays an int.",
+                lambda t, L, h, kv, d, dt: 2 * L * kv * d * (torch.finfo(dt).bits / 8) * t),
     ),
 )

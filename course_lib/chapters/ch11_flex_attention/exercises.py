@@ -117,11 +117,33 @@ def _doc_causal_only(q, k, v, lengths):
     return _dense_documents(q, k, v, torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril())
 
 
+def _doc_strict(q, k, v, lengths, *, nan_rows=False):
+    ids = document_ids(lengths)
+    earlier = torch.ones(len(ids), len(ids), dtype=torch.bool).tril(-1)
+    mask = (ids[:, None] == ids[None, :]) & earlier
+    if not nan_rows:    # flex_attention, or a guarded softmax: zeros for a query with no key
+        return _dense_documents(q, k, v, mask)
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return (weights @ v.double()).to(q.dtype)
+
+
+def _doc_future(q, k, v, lengths):
+    ids = document_ids(lengths)
+    later = torch.ones(len(ids), len(ids), dtype=torch.bool).triu()
+    return _dense_documents(q, k, v, (ids[:, None] == ids[None, :]) & later)
+
+
 def _doc_inverted(q, k, v, lengths):
     ids = document_ids(lengths)
     causal = torch.ones(len(ids), len(ids), dtype=torch.bool).tril()
     return _dense_documents(q, k, v, (ids[:, None] != ids[None, :]) & causal)
 
+
+_DOC_EXCLUDES_SELF = (
+    "Your tokens do not see themselves (kv_idx < q_idx): the first token of each document, and "
+    "every one-token document, has no key at all. A token attends to itself and the earlier "
+    "tokens of its document: kv_idx <= q_idx.")
 
 DOCUMENT_ATTENTION = Exercise(
     id="document_attention",
@@ -137,7 +159,7 @@ DOCUMENT_ATTENTION = Exercise(
     hints=(
         "Give every token the number of its document: lengths [3, 2] become document ids "
         "[0, 0, 0, 1, 1]. Query q_idx may see key kv_idx if both are in the same document and "
-        "kv_idx <= q_idx.",
+        "kv_idx <= q_idx: itself and the earlier tokens of its document.",
         "torch.repeat_interleave(torch.arange(len(lengths)), lengths) gives the ids. The mask_mod "
         "indexes them with the index tensors: document_id[q_idx] == document_id[kv_idx]. Build "
         "create_block_mask(mask_mod, None, None, L, L, device='cpu') and pass it to "
@@ -160,6 +182,12 @@ DOCUMENT_ATTENTION = Exercise(
                 _doc_causal_only),
         Mistake("inverted_documents", "Your tokens see the *other* documents and not their own: "
                 "compare the document ids with ==, not !=.", _doc_inverted),
+        Mistake("excludes_self", _DOC_EXCLUDES_SELF, _doc_strict),
+        Mistake("excludes_self_nan", _DOC_EXCLUDES_SELF,
+                functools.partial(_doc_strict, nan_rows=True), family="excludes_self"),
+        Mistake("future_not_past", "Your tokens see the *later* tokens of their document "
+                "(kv_idx >= q_idx), not the earlier ones. Causal means looking back: "
+                "kv_idx <= q_idx.", _doc_future),
     ),
 )
 
@@ -227,6 +255,19 @@ def _hard_clip(q, k, v, cap):
     return out.to(q.dtype)
 
 
+def _capped_before_scaling(q, k, v, cap):
+    q, k, v = q.double(), k.double(), v.double()
+    raw = q @ k.transpose(-2, -1)
+    capped = cap * torch.tanh(raw / cap) / math.sqrt(q.shape[-1])
+    return (torch.softmax(capped, -1) @ v).to(torch.float32)
+
+
+def _unscaled(q, k, v, cap):
+    q, k, v = q.double(), k.double(), v.double()
+    capped = cap * torch.tanh((q @ k.transpose(-2, -1)) / cap)
+    return (torch.softmax(capped, -1) @ v).to(torch.float32)
+
+
 def _no_cap(q, k, v, cap):
     out = _dense_softcap(q, k, v, cap, lambda s, c: torch.softmax(s, -1) @ v.double())
     return out.to(q.dtype)
@@ -267,5 +308,11 @@ SOFTCAP_ATTENTION = Exercise(
         Mistake("no_cap", "Your output is plain attention: the scores were not capped. Pass "
                 "score_mod= to flex_attention with a function returning cap * tanh(score / cap).",
                 _no_cap),
+        Mistake("capped_before_scaling", "You capped the raw scores q · k and divided by √E "
+                "afterwards. The cap applies to the scaled score QKᵀ/√E (what a score_mod "
+                "receives): scale first, then cap * tanh(score / cap).", _capped_before_scaling),
+        Mistake("no_scaling", "Your scores are not divided by √E (E = q.shape[-1]) before the "
+                "cap. Soft-capping acts on the scaled scores QKᵀ/√E: flex_attention scales them "
+                "for you (leave scale= at its default).", _unscaled),
     ),
 )

@@ -64,9 +64,20 @@ def _previous_token(attn, period):
     return attn.diagonal(-1).mean()
 
 
+def _previous_token_repeat(attn, period):   # attn[i, i-1] over the repeat only
+    return _diagonal_mean(attn, period, shift=period - 1, first=period)
+
+
+def _divided_by_n(attn, period):
+    return _oracle(attn, period) * (attn.shape[-1] - period) / attn.shape[-1]
+
+
 def _transposed(attn, period):
     return _oracle(attn.T.contiguous(), period)
 
+
+_PREVIOUS_TOKEN = ("You computed the previous-token score attn[i, i-1]. The induction score "
+                   "looks back a whole period: attn[i, i - period + 1].")
 
 INDUCTION_SCORE = Exercise(
     id="induction_score",
@@ -93,9 +104,13 @@ INDUCTION_SCORE = Exercise(
                 "Start at i = period.", _whole_diagonal),
         Mistake("sum_not_mean", "You summed the weights; the score is their mean over the "
                 "N - period queries of the repeat (so it lies between 0 and 1).", _summed),
-        Mistake("previous_token", "You computed the previous-token score attn[i, i-1]. The "
-                "induction score looks back a whole period: attn[i, i - period + 1].",
-                _previous_token),
+        Mistake("previous_token", _PREVIOUS_TOKEN, _previous_token),
+        Mistake("previous_token_repeat", _PREVIOUS_TOKEN, _previous_token_repeat,
+                family="previous_token"),
+        Mistake("divided_by_n", "You divided the sum by N, the size of the map. The score is "
+                "the mean over the N - period queries of the repeat (i = period ... N-1): "
+                "divide by N - period, or use .mean() on those N - period weights.",
+                _divided_by_n),
         Mistake("transposed", "You swapped queries and keys: rows of attn are queries, columns "
                 "are keys, so read attn[i, i - period + 1], not attn[i - period + 1, i].",
                 _transposed),
@@ -161,9 +176,31 @@ def _no_residual(x, attn, ln1, ln2, mlp):
     return mlp(ln2(x))
 
 
+def _no_mlp_residual(x, attn, ln1, ln2, mlp):
+    x = x + attn(ln1(x), attn_mask=masks.causal_mask(x.shape[-2]))
+    return mlp(ln2(x))
+
+
+def _no_attention_residual(x, attn, ln1, ln2, mlp):
+    x = attn(ln1(x), attn_mask=masks.causal_mask(x.shape[-2]))
+    return x + mlp(ln2(x))
+
+
+def _one_norm(x, attn, ln1, ln2, mlp, *, norm="ln1"):
+    ln = ln1 if norm == "ln1" else ln2
+    x = x + attn(ln(x), attn_mask=masks.causal_mask(x.shape[-2]))
+    return x + mlp(ln(x))
+
+
 def _parallel(x, attn, ln1, ln2, mlp):
     return x + attn(ln1(x), attn_mask=masks.causal_mask(x.shape[-2])) + mlp(ln2(x))
 
+
+_NO_RESIDUAL = ("You dropped a residual connection: each sub-layer's output is added to its "
+                "input, x = x + attn(ln1(x), ...) and then x + mlp(ln2(x)), not attn(...) or "
+                "mlp(...) alone.")
+_ONE_NORM = ("You used the same LayerNorm before both sub-layers. Each has its own, with its "
+             "own learned gain and bias: ln1 before the attention, ln2 before the MLP.")
 
 CAUSAL_BLOCK = Exercise(
     id="causal_block",
@@ -194,11 +231,16 @@ CAUSAL_BLOCK = Exercise(
         Mistake("post_norm", "You normalised after the residual addition (post-norm, the original "
                 "Transformer). This block is pre-norm: x = x + attn(ln1(x)), then "
                 "x = x + mlp(ln2(x)).", _post_norm),
-        Mistake("no_residual", "You dropped the residual connections: each sub-layer's output is "
-                "added to its input, x = x + attn(ln1(x), ...), not x = attn(...).",
-                _no_residual),
+        Mistake("no_residual", _NO_RESIDUAL, _no_residual),
+        Mistake("no_mlp_residual", _NO_RESIDUAL, _no_mlp_residual, family="no_residual"),
+        Mistake("no_attention_residual", _NO_RESIDUAL, _no_attention_residual,
+                family="no_residual"),
+        Mistake("one_norm_twice", _ONE_NORM, _one_norm),
+        Mistake("ln2_twice", _ONE_NORM, lambda *a: _one_norm(*a, norm="ln2"),
+                family="one_norm_twice"),
         Mistake("parallel", "You fed the MLP the block's input: it reads the *updated* x, after "
                 "the attention's residual addition (mlp(ln2(x)) with the new x).", _parallel),
     ),
     allowed_course_calls=("course_lib.attention.multihead", "course_lib.attention.masks"),
+    forbidden=("transformer_block",),   # the exercise is the block: TransformerBlock may not do it
 )
