@@ -29,7 +29,7 @@ BOOK_SOURCES := _config.yml _toc.yml references.bib package-lock.json tools/book
   $(shell find book course_lib -type f -not -path '*/__pycache__/*' \
             -not -path '*/.ipynb_checkpoints/*' 2>/dev/null)
 
-.PHONY: help install assets lint unit unit-fast nbval nbval-native nbval-perturbed nbval-changed \
+.PHONY: help install assets lint unit unit-fast stats nbval nbval-native nbval-perturbed nbval-changed \
   notebooks book book-force browser test check guard-snapshot guard-verify bench clean lab
 
 help:
@@ -39,6 +39,7 @@ help:
 	@echo "make check  - quick: lint, unit tests minus slow ones, nbval of notebooks changed since main"
 	@echo "make notebooks - re-execute every notebook in place (after changing a chapter or course_lib)"
 	@echo "make bench  - run the CPU benchmark and write course_lib/toolkit/bench/results/"
+	@echo "make stats  - the checkers' statistical tests on every seed (make test runs a sample)"
 
 # torch==2.13.0 resolves to the CPU wheel on the course machines; constraints.txt pins the whole
 # Python stack (jupyter-book==1.0.4.post1 and everything under it) so pip cannot wander.
@@ -73,6 +74,14 @@ UNIT = $(SHARED_CORES) OMP_NUM_THREADS=1 COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS)
 	  --ignore=tests/browser --durations=15
 unit: install
 	$(UNIT)
+
+# The statistical tests' full sweep (every solution on 500 seeds, every mistake on 200, no verdict
+# flipping on seeds 0-99); `make test` runs every exercise and mistake on a sample of the seeds.
+stats: install
+	COURSE_LIB_STATS=full $(SHARED_CORES) OMP_NUM_THREADS=1 \
+	  COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest -n 2 -q \
+	  tests/test_exercises_statistics.py tests/test_exercises_corpus.py \
+	  tests/test_exercises_fresh_corpus.py --durations=10
 
 # The unit tests without those marked slow (> 5 s each on an idle machine), for `make check`.
 unit-fast: install
