@@ -284,17 +284,9 @@ def _setup_child(memory_cap: int | None) -> None:
                     _policy.generated_code(CallOutcome, Prepared, FileSource, Case))
 
 
-def _send_all(fd: int, obj: Any) -> None:
-    """``obj`` to the worker, pickled in full (the parent's own data, for its own worker)."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    data = buf.getvalue()
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _send(fd: int, obj: Any) -> None:
+    """``obj`` as ``torch.save`` bytes behind a length header: the worker's outcomes (plain data,
+    read with ``weights_only``), or the parent's cases for its own worker (read in full)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
     data = buf.getvalue()
@@ -584,7 +576,7 @@ def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
             return
         made = cases() if callable(cases) else cases
         try:
-            _send_all(cases_w, made)
+            _send(cases_w, made)
         except OSError:            # the worker is gone: its status says how
             status = worker.wait_exit(timeout)
             yield CallOutcome(ended=_ended(status)) if status is not None \
