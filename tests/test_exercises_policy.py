@@ -420,7 +420,11 @@ def test_a_files_top_level_finds_no_cases_to_answer(tmp_path):
             if type(case).__name__ == "Case" and case.args and torch.is_tensor(case.args[0]):
                 x = case.args[0]
                 dim = case.args[1] if len(case.args) > 1 else -1
-                ANSWERS[(tuple(x.shape), tuple(x.flatten()[:4].tolist()))] = torch.softmax(x, dim)
+                try:        # another exercise's case: not a softmax's
+                    ANSWERS[(tuple(x.shape), tuple(x.flatten()[:4].tolist()))] = \
+                        torch.softmax(x, dim)
+                except Exception:
+                    pass
 
         frame = sys._getframe()
         while frame is not None:
