@@ -32,12 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @functools.cache
 def _verdict(exercise_id: str, fn, seed: int = 0) -> str:
-    try:
-        result = run_check(registry()[exercise_id], fn, seed=seed, isolate=False, watch=False)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as e:   # chapter 9's bounds checks raise past the bare path's handler
-        return f"escaped:{type(e).__name__}"
+    result = run_check(registry()[exercise_id], fn, seed=seed, isolate=False, watch=False)
     return "pass" if result.passed else str(result.mistake)
 
 

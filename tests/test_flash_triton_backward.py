@@ -177,6 +177,20 @@ def test_backward_mistakes_are_diagnosed(mistake, fn):
     assert r.message.startswith(declared[mistake])
 
 
+@pytest.mark.slow
+def test_dk_from_unscaled_scores_is_named_on_every_seed():
+    """Its terms reach about 1e6 and cancel: the learner's float32 kernel and the float64
+    simulation differ by float32 rounding of those terms, beyond twice the exercise's tolerance
+    of the result (it was named on 11 of 12 seeds). The mistake's own tolerance covers it."""
+    from course_lib.toolkit.checking._engine import run_check
+
+    ex = exercises.get_exercise("triton_flash_backward")
+    fn = _buggy_backward(DK_SCALED=False)
+    verdicts = {seed: run_check(ex, fn, seed=seed, isolate=False, watch=False).mistake
+                for seed in range(12)}
+    assert set(verdicts.values()) == {"dk_from_unscaled_scores"}, verdicts
+
+
 # ------------------------------------------------------------------ TF32
 
 

@@ -93,6 +93,41 @@ def _stats_no_shift(blocks):
     return _like(blocks, torch.cat(xs).max(), sum(torch.exp(b).sum() for b in xs))
 
 
+def _stats_read_twice(blocks):
+    """A first pass for m, a second for ℓ: the iterator is empty by then, ℓ = 0."""
+    m, _ = _stats_oracle(list(blocks))
+    return m, torch.zeros((), dtype=m.dtype)
+
+
+def _stats_upside_down(blocks, *, from_first=False):
+    """ℓ re-based by exp(m_new − m_old), from m = −inf and ℓ = 0 (``from_first``: from the first
+    block's own max and sum instead)."""
+    blocks = list(blocks)
+    m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    for i, b in enumerate(blocks):
+        b = b.double()
+        if from_first and i == 0:
+            m = b.max()
+            l = torch.exp(b - m).sum()
+            continue
+        m_new = torch.maximum(m, b.max())
+        l = l * torch.exp(m_new - m) + torch.exp(b - m_new).sum()
+        m = m_new
+    return _like(blocks, m, l)
+
+
+def _stats_own_block_max(blocks):
+    """Each block's terms relative to that block's own maximum, never re-based."""
+    blocks = list(blocks)
+    xs = [b.double() for b in blocks]
+    return _like(blocks, torch.cat(xs).max(), sum(torch.exp(b - b.max()).sum() for b in xs))
+
+
+def _stats_lse(blocks):
+    m, l = _stats_oracle(list(blocks))
+    return m, m + torch.log(l)
+
+
 def _stats_last_max(blocks):
     blocks = list(blocks)
     m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
@@ -138,6 +173,23 @@ ONLINE_SOFTMAX_STATS = Exercise(
                 "running maximum, m_new = max(m, block.max()).", _stats_last_max),
         Mistake("swapped_outputs", "You returned (l, m): return (m, l), the maximum first.",
                 lambda blocks: tuple(reversed(_stats_oracle(list(blocks))))),
+        Mistake("iterator_read_twice", "Your l is 0: blocks is an iterator, and it can be read "
+                "only once. A first pass (for the maximum) empties it, and the second pass (for "
+                "the sum) sees no block at all. Update m and l together, in one loop over the "
+                "blocks.", _stats_read_twice),
+        *(Mistake(f"rescale_upside_down{suffix}", "You re-based the old sum with "
+                  "exp(m_new − m_old): the factor is upside down (≥ 1 when the maximum grows, "
+                  "and exp(+∞) = inf on the first block, where m_old = −inf: 0·inf is NaN). "
+                  "Old terms exp(x − m_old) become exp(x − m_new) when multiplied by "
+                  "exp(m_old − m_new) ≤ 1.", fn, family="rescale_upside_down")
+          for suffix, fn in (("", _stats_upside_down),
+                             ("_first_block", lambda b: _stats_upside_down(b, from_first=True)))),
+        Mistake("block_max_only", "Your l adds each block's Σ exp(x − block max), each relative "
+                "to its own block's maximum: terms in different units. Keep one running maximum "
+                "m and re-base the sum whenever it grows: l = l·exp(m − m_new) + "
+                "Σ exp(x − m_new).", _stats_own_block_max),
+        Mistake("returned_lse", "Your second output is the log-sum-exp m + log(l), not l: "
+                "return l = Σ exp(x − m) itself.", _stats_lse),
     ),
 )
 
@@ -158,8 +210,11 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
         Case("large scores", (r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8, s=8.0), r(1, 2, 24, 8), 8),
              note="scores in the hundreds: the running maximum matters"),
         Case("block larger than L", (r(1, 1, 5, 3), r(1, 1, 5, 3), r(1, 1, 5, 3), 64)),
-        Case("L=256, default block", (r(2, 2, 256, 16), r(2, 2, 256, 16), r(2, 2, 256, 16)),
-             note="no tensor may have two dims of size >= 256", max_square=256),
+        # One batch of two heads: a (B, H, L, block) tile then holds fewer than 256² elements,
+        # which the N×N watch also refuses in another shape (a flat score buffer).
+        Case("L=256, default block", (r(1, 2, 256, 16), r(1, 2, 256, 16), r(1, 2, 256, 16)),
+             note="no N×N tensor, N = 256: none with two dims >= 256, or as many elements",
+             max_square=256),
     ]
 
 
@@ -189,9 +244,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
-           scaled=True, shift=True):
+           scaled=True, shift=True, block_max=False, normalise_each=False):
+    """A float64 model of the solution with one mistake switched on (in the inputs' dtype where
+    the mistake is an overflow). ``block_max``: each block re-based to its own maximum, not the
+    running one (exact, until exp(m_old − m_block) overflows); ``normalise_each``: O divided by
+    the running ℓ after every block, then only re-based by α (no final division)."""
     dtype = q.dtype
-    work = dtype if not shift else torch.float64   # an overflow must happen in the inputs' dtype
+    # an overflow must happen in the inputs' dtype
+    work = dtype if not shift or block_max else torch.float64
     q, k, v = q.to(work), k.to(work), v.to(work)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
     N = k.shape[-2]
@@ -201,12 +261,16 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
     for start in range(0, N, block_size):
         s = q @ k[..., start:start + block_size, :].transpose(-2, -1) * scale
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if shift else torch.zeros_like(m)
+        if block_max:
+            m_new = s.amax(dim=-1, keepdim=True)
         p = torch.exp(s - m_new)
         c = torch.exp(m - m_new) if shift else torch.ones_like(m)
         l = (l * c if rescale_l else l) + p.sum(dim=-1, keepdim=True)
         acc = (acc * c if rescale_acc else acc) + p @ v[..., start:start + block_size, :]
+        if normalise_each:
+            acc = acc / l
         m = m_new
-    return (acc / l if divide else acc).to(dtype)
+    return (acc / l if divide and not normalise_each else acc).to(dtype)
 
 
 FLASH_ATTENTION = Exercise(
@@ -247,6 +311,17 @@ FLASH_ATTENTION = Exercise(
                 "running maximum, so large scores overflow (exp(100) in float32 is inf). Keep a "
                 "per-query running max m and use exp(s - m_new).",
                 lambda q, k, v, b=64: _flash(q, k, v, b, shift=False)),
+        Mistake("block_max_not_running", "You re-base each block to that block's own "
+                "maximum, not to the running one: exact while exp(m_old − m_block) stays finite, "
+                "but when a later block's maximum is far below an earlier one, that factor "
+                "overflows (exp(100) in float32 is inf) and the row becomes NaN. Use "
+                "m_new = max(m, block max): then α = exp(m − m_new) ≤ 1.",
+                lambda q, k, v, b=64: _flash(q, k, v, b, block_max=True)),
+        Mistake("normalised_every_block", "You divide O by the running ℓ after every block, but "
+                "re-base it only by α: a normalised O must also be multiplied back by the old ℓ "
+                "(O = (α·ℓ_old·O + P V)/ℓ_new). Simpler: keep O unnormalised (O = α·O + P V) and "
+                "divide by ℓ once, at the end.",
+                lambda q, k, v, b=64: _flash(q, k, v, b, normalise_each=True)),
     ),
 )
 
@@ -266,11 +341,25 @@ def _forward_stats(q, k, v, is_causal):
 
 
 def _backward_cases(gen: torch.Generator) -> list[Case]:
-    def case(name, B, H, L, S, E, is_causal, block=64, dtype=torch.float32, s=1.0, **kw):
+    def case(name, B, H, L, S, E, is_causal, block=64, dtype=torch.float32, s=1.0, offset=None,
+             **kw):
         q, k = (s * torch.randn(B, H, n, E, generator=gen, dtype=dtype) for n in (L, S))
         v = torch.randn(B, H, S, E, generator=gen, dtype=dtype)
+        if offset is not None:
+            # Every score of query row i gets the same offset c_i in [lo, hi): a key component
+            # that is 1 for all keys, times c_i·√E in the queries. The softmax does not change
+            # (an offset per row cancels in it), but exp of any score overflows float32. P in
+            # float32 is then only good to about 1e-4 (the scores are rounded near c_i) and dk's
+            # terms carry the large query component: a small grad_out keeps that rounding below
+            # the tolerances, while each known mistake is still far outside them.
+            lo, hi = offset
+            k[..., 0] = 1.0
+            q[..., 0] = math.sqrt(E) * (lo + (hi - lo) * torch.rand(B, H, L, generator=gen,
+                                                                  dtype=dtype))
         out, lse = _forward_stats(q, k, v, is_causal)
         grad_out = torch.randn(B, H, L, E, generator=gen, dtype=dtype)
+        if offset is not None:
+            grad_out = 1e-3 * grad_out
         return Case(name, (q, k, v, out, lse, grad_out, is_causal, block), **kw)
 
     f64 = torch.float64
@@ -278,12 +367,37 @@ def _backward_cases(gen: torch.Generator) -> list[Case]:
         case("L != S, block 4", 1, 1, 10, 13, 4, False, 4),
         case("causal, batched heads", 2, 3, 37, 37, 8, True, 16),
         case("float64, block 7", 1, 2, 20, 23, 6, False, 7, f64),
-        case("float64, causal, block 5", 1, 2, 19, 19, 6, True, 5, f64),
-        case("large scores", 1, 2, 24, 24, 8, False, 8, s=3.0,
-             note="scores around ±30: the saved lse, not a fresh maximum, keeps exp finite"),
+        case("float64, causal, block 5", 1, 2, 19, 23, 6, True, 5, f64,
+             note="L < S: query i sees keys 0..i (top-left, as torch's is_causal), the last "
+                  "S − L keys no query"),
+        case("large scores", 1, 2, 24, 24, 8, False, 8, offset=(330.0, 370.0),
+             note="every score between about 320 and 380: exp of a score overflows float32, "
+                  "exp of a score minus the saved lse does not"),
         case("L=256, causal, default block", 1, 2, 256, 256, 16, True,
-             note="no tensor may have two dims of size >= 256", max_square=256),
+             note="no N×N tensor, N = 256: none with two dims >= 256, or as many elements",
+             max_square=256),
     ]
+
+
+def _backward_magnitude(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
+    """The size of the terms each gradient entry sums: s·|dS| |k|, s·|dS|ᵀ |q|, Pᵀ |grad_out|.
+
+    Where they cancel (a key component shared by every key gives dq a zero there, from terms in
+    the hundreds), float32 rounding is relative to them, not to the gradient. Only the case with
+    scores in the hundreds has such terms: with every |lse| below 50 (scores of a few units) the
+    gradient's own size is the scale, and ``None`` spares the check an L×S product per case."""
+    if float(lse.detach().abs().amax()) < 50:
+        return None
+    q64, k64, v64, o64, g64 = (t.detach().double() for t in (q, k, v, out, grad_out))
+    s = 1.0 / math.sqrt(q.shape[-1])
+    S = (q64 @ k64.transpose(-2, -1)) * s
+    if is_causal:
+        L, Sk = S.shape[-2:]
+        S = S.masked_fill(torch.ones(L, Sk, dtype=torch.bool).triu(1), float("-inf"))
+    P = torch.exp(S - lse.detach().double()[..., None])
+    dS = (P * (g64 @ v64.transpose(-2, -1) - (g64 * o64).sum(-1, keepdim=True))).abs()
+    return (s * dS @ k64.abs(), s * dS.transpose(-2, -1) @ q64.abs(),
+            P.transpose(-2, -1) @ g64.abs())
 
 
 def _backward_oracle(q, k, v, out, lse, grad_out, is_causal=False, block_size=64):
@@ -316,16 +430,27 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
 
 
 def _backward(q, k, v, out, lse, grad_out, is_causal=False, block_size=64, *, d_term=True,
-              ds_scale=True, log2_lse=False, causal_shift=0, dk_unscaled=False):
-    """The solution with one known mistake switched on (see FLASH_BACKWARD's mistakes)."""
+              ds_scale=True, log2_lse=False, causal_shift=0, dk_unscaled=False,
+              bottom_right=False, exp_split=False, d_per_block=False, dq_last_block=False,
+              block_softmax=False):
+    """The solution with one known mistake switched on (see FLASH_BACKWARD's mistakes), in the
+    inputs' dtype (an overflow happens where the learner's does)."""
     s = 1.0 / math.sqrt(q.shape[-1])
     D = (grad_out * out).sum(dim=-1, keepdim=True) if d_term else 0.0
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     rows = torch.arange(q.shape[-2])[:, None]
+    if bottom_right:                                   # the last query sees the last key
+        causal_shift = k.shape[-2] - q.shape[-2]
 
     def probs(scores, cols):
         if is_causal:
             scores = scores.masked_fill(cols > rows + causal_shift, float("-inf"))
+        if block_softmax:                              # normalised over the block's keys only
+            m = scores.amax(dim=-1, keepdim=True)
+            e = torch.exp(scores - m)
+            return e / e.sum(dim=-1, keepdim=True)
+        if exp_split:                                  # exp(S) / exp(lse): both overflow
+            return torch.exp(scores) / torch.exp(lse[..., None])
         if log2_lse:                                   # exp2 with base-2 scores, ln-based lse
             return torch.exp2(scores * LOG2E - lse[..., None])
         return torch.exp(scores - lse[..., None])
@@ -336,9 +461,11 @@ def _backward(q, k, v, out, lse, grad_out, is_causal=False, block_size=64, *, d_
         P_j = probs((q @ k_j.transpose(-2, -1)) * s, cols)
         dP_j = grad_out @ v_j.transpose(-2, -1)
         dv[..., j0:j0 + block_size, :] = P_j.transpose(-2, -1) @ grad_out
+        if d_per_block:                                # D over this block's keys only
+            D = (P_j * dP_j).sum(dim=-1, keepdim=True)
         dS_j = P_j * (dP_j - D)
         c = s if ds_scale else 1.0
-        dq += c * dS_j @ k_j
+        dq = (0 if dq_last_block else dq) + c * dS_j @ k_j
         if dk_unscaled:                                # P for dK from q kᵀ without the 1/√E
             dS_j = probs(q @ k_j.transpose(-2, -1), cols) * (dP_j - D)
         dk[..., j0:j0 + block_size, :] = c * dS_j.transpose(-2, -1) @ q
@@ -356,6 +483,7 @@ FLASH_BACKWARD = Exercise(
     output_names=("dq", "dk", "dv"),
     cases=_backward_cases,
     oracle=_backward_oracle,
+    magnitude=_backward_magnitude,
     solution=flash_backward,
     forbidden=("sdpa",),
     hints=(
@@ -384,5 +512,28 @@ FLASH_BACKWARD = Exercise(
         Mistake("dk_unscaled_scores", "dk comes from weights recomputed without the 1/√E: "
                 "recompute P from S = q kᵀ/√E for dk exactly as for dq and dv.",
                 lambda *a: _backward(*a, dk_unscaled=True)),
+        Mistake("exp_then_divide", "You compute the weights as exp(S) / exp(lse) (or "
+                "exp(S)·exp(−lse)): equal to exp(S − lse) on paper, but with scores in the "
+                "hundreds exp(S) overflows float32 to inf (and exp(−lse) underflows to 0), so "
+                "P is NaN. Subtract first, inside one exponential: P = exp(S − lse); the saved "
+                "lse plays the part of the row maximum.", lambda *a: _backward(*a, exp_split=True)),
+        Mistake("causal_excludes_diagonal", "Your causal mask also hides the diagonal (key i "
+                "from query i; a `>=` where `>` was meant): key j is visible to query i when "
+                "j ≤ i, so mask only j > i.", lambda *a: _backward(*a, causal_shift=-1)),
+        Mistake("causal_bottom_right", "Your causal mask is aligned bottom-right (the last query "
+                "sees the last key, key j visible when j ≤ i + S − L, as for a KV cache). This "
+                "exercise's is_causal is torch's: top-left, key j visible to query i when j ≤ i, "
+                "whatever L and S are.", lambda *a: _backward(*a, bottom_right=True)),
+        Mistake("D_per_block", "Your D is rowsum(P_j ∘ dP_j) over the current key block only: "
+                "D = rowsum(P ∘ dP) sums over all the row's keys. Compute it once, before the "
+                "loop, as rowsum(grad_out ∘ out) (the two are equal).",
+                lambda *a: _backward(*a, d_per_block=True)),
+        Mistake("dq_overwritten", "Your dq holds the last key block's contribution only: dq is a "
+                "sum over every key block (dq += dS_j k_j / √E), while dk and dv are written "
+                "block by block.", lambda *a: _backward(*a, dq_last_block=True)),
+        Mistake("normalised_per_block", "You recompute each block's weights with a softmax over "
+                "that block's keys alone, so every block's weights sum to 1. The weights are "
+                "normalised over the whole row: P_j = exp(S_j − lse), with the saved lse (that is "
+                "what it is for).", lambda *a: _backward(*a, block_softmax=True)),
     ),
 )

@@ -7,8 +7,9 @@ these exercises are): every ``tl.load``/``tl.store`` is bounds-checked, ``tl.dot
 minimum K and each kernel's source is read for what does not compile on a GPU; a violation stops
 the learner's call with a message naming the kernel, the program id and the offsets. The known
 mistakes below are float64 simulations of the buggy kernels, so the engine can name them. Torch's
-matrix products, softmax and attention are forbidden, and the largest case may not hold an
-N×N tensor: the work has to happen inside a Triton kernel.
+matrix products, softmax and attention are forbidden, the largest case may not hold an N×N
+tensor, and each exercise's extension (:class:`.checking.TritonLaunchCheck`) refuses a result
+that no kernel launched during the call wrote: the work has to happen inside a Triton kernel.
 
 Without Triton (other platforms) the exercises are still declared, and their solutions say why
 they cannot run.
@@ -30,7 +31,7 @@ CHECKING = f"{__package__}.checking"
 if TRITON_AVAILABLE:
     import triton
 
-    from . import checking  # noqa: F401  (installs the bounds and GPU-rule checks)
+    from . import checking  # installs the bounds and GPU-rule checks; the launch check
     from .kernels import (
         flash_bwd_delta_kernel,
         flash_bwd_dkdv_kernel,
@@ -48,6 +49,12 @@ else:  # pragma: no cover - exercised on platforms without Triton wheels
 
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
+
+
+def _launch_check(*output_names: str):
+    """The extension that makes a check refuse a result no Triton kernel wrote (none without
+    Triton: the solutions say why they cannot run)."""
+    return checking.TritonLaunchCheck(output_names) if TRITON_AVAILABLE else None
 #: Block sizes a learner's kernel plausibly uses: block-dependent mistakes are simulated for each.
 BLOCKS = (16, 32, 64)
 CHAPTER = "09_flash_triton"
@@ -107,6 +114,16 @@ def _softmax_no_shift(x):
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def _softmax_exp2(x):
+    """exp2 where exp was meant: a softmax in base 2, 2^(x − m) / Σ 2^(x − m)."""
+    p = torch.exp2(x.double() - x.double().amax(dim=-1, keepdim=True))
+    return (p / p.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+def _softmax_unnormalised(x):
+    return torch.exp(x.double() - x.double().amax(dim=-1, keepdim=True)).to(x.dtype)
+
+
 def _softmax_pad_zero(x):
     """Masked lanes loaded as 0.0 instead of -inf: each adds exp(0 - m) to the sum."""
     n = x.shape[-1]
@@ -120,6 +137,7 @@ TRITON_SOFTMAX = Exercise(
     id="triton_softmax",
     chapter=CHAPTER,
     time_limit=TIME_LIMITS["triton_softmax"],
+    extension=_launch_check(),
     time_limit_note=_time_note(TIME_LIMITS["triton_softmax"]),
     allowed_course_calls=(CHECKING,),
     title="A row-softmax kernel",
@@ -147,6 +165,12 @@ TRITON_SOFTMAX = Exercise(
         Mistake("no_max_shift", "You exponentiated the raw entries: exp(300) overflows float32 "
                 "to inf and inf / inf is NaN. Subtract the row maximum first: "
                 "p = tl.exp(x - tl.max(x, axis=0)).", _softmax_no_shift),
+        Mistake("exp2_without_log2e", "Your kernel uses tl.exp2 on the plain entries, so it "
+                "computes a softmax in base 2, 2^(x − m) / Σ 2^(x − m), which is flatter than "
+                "e^(x − m) / Σ e^(x − m). Use tl.exp, or multiply x − m by log2(e) = 1.4427... "
+                "before tl.exp2 (the flash kernel's trick).", _softmax_exp2),
+        Mistake("not_normalised", "You stored exp(x − m) without dividing by its row sum: "
+                "store p / tl.sum(p, axis=0).", _softmax_unnormalised),
     ),
 )
 
@@ -196,10 +220,38 @@ def _last_k_block(block_k: int):
     return fn
 
 
+def _whole_k_blocks(block_k: int):
+    """Only the whole K blocks summed (a loop over range(K // BLOCK_K)): the last K mod BLOCK_K
+    columns of a and rows of b left out."""
+    def fn(a, b):
+        end = a.shape[1] // block_k * block_k
+        if end == 0:
+            return torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)
+        return _product(a[:, :end], b[:end]).to(a.dtype)
+    return fn
+
+
+def _strides_swapped(which: str):
+    """``a`` or ``b`` read as if stored column by column: element (r, c) at r + c·R."""
+    def fn(a, b):
+        if which == "a":
+            a = a.reshape(a.shape[1], a.shape[0]).T
+        else:
+            b = b.reshape(b.shape[1], b.shape[0]).T
+        return _product(a, b).to(a.dtype)
+    return fn
+
+
+_STRIDES = ("One of your loads uses swapped strides: a row-major (R, C) tensor holds element "
+            "(r, c) at offset r·C + c, and your kernel reads a or b at r + c·R, as if stored "
+            "column by column. For a (M, K) that is rows[:, None] * K + ks[None, :]; for b "
+            "(K, N), ks[:, None] * N + cols[None, :].")
+
 TRITON_MATMUL = Exercise(
     id="triton_matmul",
     chapter=CHAPTER,
     time_limit=TIME_LIMITS["triton_matmul"],
+    extension=_launch_check(),
     time_limit_note=_time_note(TIME_LIMITS["triton_matmul"]),
     allowed_course_calls=(CHECKING,),
     title="A tiled matmul kernel with tl.dot",
@@ -228,6 +280,17 @@ TRITON_MATMUL = Exercise(
                 "acc = tl.dot(a, b, acc) (or acc += tl.dot(a, b)).", _last_k_block(bk),
                 family="accumulator_overwritten")
         for bk in BLOCKS
+    ) + tuple(
+        Mistake(f"k_tail_dropped_k{bk}", "Your K loop stops at the last whole block "
+                "(range(K // BLOCK_K) or similar), so the last K mod BLOCK_K columns of a and "
+                "rows of b are never added (and with K < BLOCK_K nothing is). Loop over "
+                "range(0, K, BLOCK_K) and mask the ragged block: (ks < K) on both loads, "
+                "other=0.0.", _whole_k_blocks(bk), family="k_tail_dropped")
+        for bk in BLOCKS
+    ) + tuple(
+        Mistake(f"{which}_strides_swapped", _STRIDES, _strides_swapped(which),
+                family="strides_swapped")
+        for which in ("a", "b")
     ),
 )
 
@@ -264,7 +327,8 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
                   "shows"),
         Case("E = 32, causal", (*qkv(2, 1, 33, 32), True)),
         Case("L = 100, causal", (*qkv(1, 2, 100, 16), True),
-             note="no tensor may have two dims of size >= 100", max_square=100),
+             note="no N×N tensor, N = 100: none with two dims >= 100, or as many elements",
+             max_square=100),
     ]
 
 
@@ -299,27 +363,36 @@ def triton_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def _flash_sim(q, k, v, is_causal=False, *, block=None, rescale_acc=True, rescale_l=True,
                pad_keys=False, factor=LOG2E, base=2.0, lse_scale=LN2, diag=0, lse_zero=False,
-               leak_block=None, no_max=False, acc16=False, pv16=False, drop_tail=False):
+               leak_block=None, no_max=False, acc16=False, pv16=False, drop_tail=False,
+               skip_diagonal=False, undivided=False, lse_no_max=False):
     """A float64 model of a (possibly buggy) kernel: key blocks of ``block``, scores times
     ``factor`` exponentiated in ``base``, lse = (m + log2 ℓ) · ``lse_scale``. ``no_max``: no
     running maximum (exp2 of the raw scores, in float32 as on the GPU); ``acc16``: the accumulator
     rounded to float16 after each key block; ``pv16``: P and V rounded to float16 before P·V;
-    ``drop_tail``: the keys of the last, ragged key block never visited.
+    ``drop_tail``: the keys of the last, ragged key block never visited; ``skip_diagonal``
+    (causal): only the key blocks before the query's own block of ``block`` rows visited;
+    ``undivided``: O stored without the division by ℓ; ``lse_no_max``: lse = log ℓ, the running
+    maximum left out.
 
     Query rows are processed ``SIM_ROWS`` at a time and products are element-wise, so that the
-    model never holds an N×N tensor nor calls a matrix product (both refused during a check)."""
+    model never holds an N×N matrix nor calls a matrix product."""
+    options = dict(block=block, rescale_acc=rescale_acc, rescale_l=rescale_l, pad_keys=pad_keys,
+                   factor=factor, base=base, lse_scale=lse_scale, diag=diag, lse_zero=lse_zero,
+                   leak_block=leak_block, no_max=no_max, acc16=acc16, pv16=pv16,
+                   drop_tail=drop_tail, skip_diagonal=skip_diagonal, undivided=undivided,
+                   lse_no_max=lse_no_max)
     outs, lses = [], []
     for r0 in range(0, q.shape[-2], SIM_ROWS):
-        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + SIM_ROWS, q.shape[-2]), is_causal, block,
-                                 rescale_acc, rescale_l, pad_keys, factor, base, lse_scale,
-                                 diag, lse_zero, leak_block, no_max, acc16, pv16, drop_tail)
+        o, lse = _flash_sim_rows(q, k, v, r0, min(r0 + SIM_ROWS, q.shape[-2]), is_causal,
+                                 **options)
         outs.append(o)
         lses.append(lse)
     return torch.cat(outs, -2).to(q.dtype), torch.cat(lses, -1).to(torch.float32)
 
 
-def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, pad_keys, factor,
-                    base, lse_scale, diag, lse_zero, leak_block, no_max, acc16, pv16, drop_tail):
+def _flash_sim_rows(q, k, v, r0, r1, is_causal, *, block, rescale_acc, rescale_l, pad_keys,
+                    factor, base, lse_scale, diag, lse_zero, leak_block, no_max, acc16, pv16,
+                    drop_tail, skip_diagonal, undivided, lse_no_max):
     n = k.shape[-2]
     kd, vd = k.double(), v.double()
     width = n if block is None else -(-n // block) * block
@@ -335,6 +408,8 @@ def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, p
         future = j > i + diag
         if leak_block is not None:   # key i + 1 leaks only inside query i's block
             future = future | ((j == i + 1) & ((i + 1) % leak_block == 0))
+        if skip_diagonal:            # no key of the query's own block (nor after it)
+            future = j >= i // block * block
         x = x.masked_fill(future, float("-inf"))
     if drop_tail and block is not None:   # keys past the last whole block never visited
         x, vd = x[..., :n // block * block], vd[..., :n // block * block, :]
@@ -359,10 +434,10 @@ def _flash_sim_rows(q, k, v, r0, r1, is_causal, block, rescale_acc, rescale_l, p
         if no_max:   # the float32 sums overflow as the kernel's do
             ell, acc = ell.float().double(), acc.float().double()
         m = m_new
-    if no_max:
+    if no_max or lse_no_max:
         m = torch.zeros_like(m)
     lse = torch.zeros_like(m) if lse_zero else (m + torch.log2(ell)) * lse_scale
-    return acc / ell[..., None], lse
+    return (acc if undivided else acc / ell[..., None]), lse
 
 
 def _sim(**options):
@@ -409,6 +484,7 @@ TRITON_FLASH_FORWARD = Exercise(
     id="triton_flash_forward",
     chapter=CHAPTER,
     time_limit=TIME_LIMITS["triton_flash_forward"],
+    extension=_launch_check("out", "lse"),
     time_limit_note=_time_note(TIME_LIMITS["triton_flash_forward"]),
     allowed_course_calls=(CHECKING,),
     title="The FlashAttention-2 forward kernel",
@@ -462,6 +538,19 @@ TRITON_FLASH_FORWARD = Exercise(
                 "from query i), so query 0 sees no key at all (NaN). Keep key j for query i when "
                 "j <= i: keys[None, :] <= rows[:, None].", _sim(diag=-1)),
         Mistake("causal_one_ahead", _ONE_AHEAD, _sim(diag=1)),
+        Mistake("missing_final_division", "Your out is O, not O / ℓ: after the last key block "
+                "divide the accumulator by the running sum, out = acc / ell[:, None] (the "
+                "weights sum to 1 only then).", _sim(undivided=True)),
+        Mistake("lse_missing_max", "Your lse is log ℓ only: ℓ sums exp(s − m), relative to the "
+                "running maximum m, so the log-sum-exp is m + log ℓ (in base 2: "
+                "(m + log2 ℓ)·ln 2). Add m back.", _sim(lse_no_max=True)),
+        *(Mistake(f"diagonal_tile_skipped_block{b}", "Your causal kernel visits the key blocks "
+                  "before the query block but never the diagonal tile itself, so query i misses "
+                  "the keys of its own block, itself included (and the first block's queries see "
+                  "no key at all: NaN). Visit the diagonal tile too, with the mask "
+                  "keys[None, :] <= rows[:, None] (the loop's end is (block + 1)·BLOCK_M).",
+                  _sim(block=b, skip_diagonal=True), family="diagonal_tile_skipped")
+          for b in BLOCKS),
         *(Mistake(f"causal_one_ahead_block{b}", _ONE_AHEAD, _sim(diag=1, leak_block=b),
                   family="causal_one_ahead") for b in BLOCKS),
         *(Mistake(f"{name}_block{b}", message, _sim(block=b, **options),
@@ -478,8 +567,19 @@ def _bwd_cases(gen: torch.Generator) -> list[Case]:
     def r(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen)
 
-    def case(b: int, h: int, n: int, e: int, causal: bool) -> tuple:
+    def case(b: int, h: int, n: int, e: int, causal: bool, offset=None) -> tuple:
         q, k, v, dout = r(b, h, n, e), r(b, h, n, e), r(b, h, n, e), r(b, h, n, e)
+        if offset is not None:
+            # Every score of query row i gets the same offset c_i in [lo, hi): a key component
+            # that is 1 for all keys, times c_i·√E in the queries. The softmax does not change,
+            # but exp (or exp2) of any score overflows float32. A float32 kernel's P is then
+            # only good to about 1e-4 (its scores are rounded near c_i) and dK's terms carry the
+            # large query component: a small dO keeps that rounding below the tolerances, while
+            # each known mistake is still far outside them.
+            lo, hi = offset
+            k[..., 0] = 1.0
+            q[..., 0] = math.sqrt(e) * (lo + (hi - lo) * torch.rand(b, h, n, generator=gen))
+            dout = 1e-3 * dout
         out, lse = _flash_oracle(q, k, v, causal)
         return q, k, v, out, lse, dout, causal
 
@@ -490,20 +590,46 @@ def _bwd_cases(gen: torch.Generator) -> list[Case]:
         Case("L = 7, causal, two batches", case(2, 1, 7, 16, True)),
         Case("E = 32, causal", case(1, 1, 33, 32, True)),
         Case("L = 100, causal", case(1, 1, 100, 16, True),
-             note="no tensor may have two dims of size >= 100", max_square=100),
+             note="no N×N tensor, N = 100: none with two dims >= 100, or as many elements",
+             max_square=100),
+        Case("scores in the hundreds", case(1, 2, 24, 16, False, offset=(330.0, 370.0)),
+             note="every score between about 320 and 380: exp2 of a score overflows float32, "
+                  "exp2 of a score minus the saved lse does not"),
     ]
 
 
+def _bwd_magnitude(q, k, v, out, lse, dout, is_causal=False):
+    """The size of the terms each gradient entry sums: |dS| |K| / √E, |dS|ᵀ |Q| / √E and
+    Pᵀ |dO|. Where they cancel (a key component shared by every key gives dQ a zero there, from
+    terms in the hundreds), a float32 kernel's rounding is relative to them, not to the
+    gradient. Only the case with scores in the hundreds has such terms: with every |lse| below
+    50 the gradient's own size is the scale (``None``, no L×S product). Computed by the engine,
+    outside the learner's call: matrix products are fine."""
+    if float(lse.detach().abs().amax()) < 50:
+        return None
+    qd, kd, vd, od, dod = (t.detach().double() for t in (q, k, v, out, dout))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    p = torch.exp(_scores(q, k, is_causal) - lse.detach().double()[..., None])
+    ds = (p * (dod @ vd.transpose(-2, -1) - (dod * od).sum(-1, keepdim=True))).abs()
+    return (scale * ds @ kd.abs(), scale * ds.transpose(-2, -1) @ qd.abs(),
+            p.transpose(-2, -1) @ dod.abs())
+
+
 def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor=1.0,
-             lse_base2=False, diag=0, dk_unscaled=False):
+             lse_base2=False, diag=0, dk_unscaled=False, p32=False, exp_split=False,
+             leak_block=None, dv_from_ds=False):
     """Float64 gradients of attention from the saved ``out`` and ``lse``, as a (possibly buggy)
-    kernel computes them; ``SIM_ROWS`` rows at a time with element-wise products (no L×S tensor, no
-    matrix product: the mistakes run under the same watch as a learner's code).
+    kernel computes them; ``SIM_ROWS`` rows at a time with element-wise products (no L×S matrix,
+    no matrix product).
 
     ``d_term=False``: dS = P ∘ dP (D forgotten); ``ds_factor``: dS scaled by it; ``lse_base2``:
     P = exp2(S·log2 e − lse) with the natural lse; ``diag``: key j kept for query i when
     j ≤ i + diag; ``ds_factor=None``: dQ, dK without the 1/√E;
-    ``dk_unscaled``: dK and dV from P recomputed with unscaled scores Q Kᵀ."""
+    ``dk_unscaled``: dK and dV from P recomputed with unscaled scores Q Kᵀ; ``p32``: P rounded to
+    float32, as a kernel holds it (where it overflows, inf: the mistakes' simulations);
+    ``exp_split``: P = exp(S) / exp(lse) in float32; ``leak_block`` (with ``diag=1``): key i + 1
+    visible to query i only inside a tile of that many rows (tiles above the diagonal skipped);
+    ``dv_from_ds``: dV = dSᵀ dO."""
     qd, kd, vd, od, dod = (t.double() for t in (q, k, v, out, dout))
     lse_d = lse.double()
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -518,10 +644,20 @@ def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor
         raw = (qr[..., :, None, :] * kd[..., None, :, :]).sum(-1)       # (.., rows, S)
         keep = torch.ones(r1 - r0, n_keys, dtype=torch.bool)
         if is_causal:
-            keep = torch.arange(n_keys)[None, :] <= torch.arange(r0, r1)[:, None] + diag
+            i, j = torch.arange(r0, r1)[:, None], torch.arange(n_keys)[None, :]
+            keep = j <= i + diag
+            if leak_block is not None:   # key i + 1 lies in the next tile, never visited
+                keep = keep & ~((j == i + 1) & ((i + 1) % leak_block == 0))
 
         def probs(s, lr=lr, keep=keep):
-            p = 2.0 ** (s * LOG2E - lr[..., None]) if lse_base2 else torch.exp(s - lr[..., None])
+            if exp_split:
+                p = (torch.exp(s.float()) / torch.exp(lr.float()[..., None])).double()
+            elif lse_base2:
+                p = 2.0 ** (s * LOG2E - lr[..., None])
+            else:
+                p = torch.exp(s - lr[..., None])
+            if p32:
+                p = p.float().double()
             return p.masked_fill(~keep, 0.0)
 
         p = probs(raw * scale)
@@ -531,7 +667,7 @@ def _bwd_sim(q, k, v, out, lse, dout, is_causal=False, *, d_term=True, ds_factor
         if dk_unscaled:
             p = probs(raw)
             ds = p * (dp - dr[..., None]) if d_term else p * dp
-        dv += (p[..., :, :, None] * dor[..., :, None, :]).sum(-3)
+        dv += ((ds if dv_from_ds else p)[..., :, :, None] * dor[..., :, None, :]).sum(-3)
         dk += (ds[..., :, :, None] * qr[..., :, None, :]).sum(-3) * scale * ds_factor
     return tuple(t.to(q.dtype) for t in (dq, dk, dv))
 
@@ -561,14 +697,27 @@ def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out
 
 
 def _bwd(**options):
+    """A mistake's simulation: P rounded to float32 as the learner's kernel holds it."""
     return lambda q, k, v, out, lse, dout, is_causal=False: _bwd_sim(q, k, v, out, lse, dout,
-                                                                     is_causal, **options)
+                                                                     is_causal, p32=True,
+                                                                     **options)
 
+
+def _UNSCALED(dtype: torch.dtype) -> tuple[float, float]:
+    """dK and dV from unscaled scores: P up to e^(√E·s − lse), terms near 1e6 that cancel, so a
+    float32 kernel and the float64 simulation differ by float32 rounding of those terms (up to
+    about 1e-6 of them), not by twice the exercise's tolerance of the (small) result."""
+    return (1e-1, 2e-2)
+
+
+_ONE_AHEAD_BWD = ("Your backward causal mask lets query i see key i + 1: keep key j for query i "
+                  "only when j <= i (the forward's mask).")
 
 TRITON_FLASH_BACKWARD = Exercise(
     id="triton_flash_backward",
     chapter=CHAPTER,
     time_limit=TIME_LIMITS["triton_flash_backward"],
+    extension=_launch_check("dq", "dk", "dv"),
     time_limit_note=_time_note(TIME_LIMITS["triton_flash_backward"]),
     allowed_course_calls=(CHECKING,),
     title="The FlashAttention-2 backward kernels",
@@ -578,6 +727,7 @@ TRITON_FLASH_BACKWARD = Exercise(
     output_names=("dq", "dk", "dv"),
     cases=_bwd_cases,
     oracle=_bwd_oracle,
+    magnitude=_bwd_magnitude,
     solution=triton_flash_backward,
     forbidden=("sdpa", "matmul", "softmax"),
     tolerances={torch.float32: (1e-4, 1e-3)},
@@ -610,14 +760,24 @@ TRITON_FLASH_BACKWARD = Exercise(
         Mistake("lse_base_e_in_exp2", "You recompute P with tl.exp2 but subtract the natural "
                 "lse: in base 2 it is lse·log2(e). P = exp2(s·log2(e)/√E − lse·log2(e)) "
                 "(or tl.exp(s/√E − lse)).", _bwd(lse_base2=True)),
-        Mistake("causal_one_ahead_bwd", "Your backward causal mask lets query i see key i + 1: "
-                "keep key j for query i only when j <= i (the forward's mask).", _bwd(diag=1)),
+        Mistake("causal_one_ahead_bwd", _ONE_AHEAD_BWD, _bwd(diag=1)),
         Mistake("causal_excludes_diagonal_bwd", "Your backward causal mask hides the diagonal "
                 "(key i from query i): keep key j for query i when j <= i (the forward's mask).",
                 _bwd(diag=-1)),
         Mistake("dk_from_unscaled_scores", "Your dK and dV use probabilities recomputed from "
                 "unscaled scores Q Kᵀ (dQ is right): multiply the scores by 1/√E (times log2(e) "
                 "for exp2) in the dK/dV kernel too, before subtracting lse.",
-                _bwd(dk_unscaled=True)),
+                _bwd(dk_unscaled=True), tolerance=_UNSCALED),
+        *(Mistake(f"causal_one_ahead_bwd_block{b}", _ONE_AHEAD_BWD,
+                  _bwd(diag=1, leak_block=b), family="causal_one_ahead_bwd") for b in BLOCKS),
+        Mistake("exp_then_divide", "You compute P as exp2(s·log2 e) / exp2(lse·log2 e) (or "
+                "exp(S)·exp(−lse)): equal to exp2((s − lse)·log2 e) on paper, but with scores in "
+                "the hundreds the numerator overflows float32 to inf (and exp(−lse) underflows "
+                "to 0), so P is NaN. Subtract inside one exponential: "
+                "p = tl.exp2(s·log2(e)/√E − lse·log2(e)); the saved lse plays the part of the "
+                "running maximum.", _bwd(exp_split=True)),
+        Mistake("dv_from_ds", "Your dV sums dSᵀ dO: it is dV = Pᵀ dO, the probabilities "
+                "themselves (dS = P ∘ (dP − D) is the gradient of the scores, for dQ and dK).",
+                _bwd(dv_from_ds=True)),
     ),
 )

@@ -254,17 +254,16 @@ _CO_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_G
 
 
 def _trusted_dirs() -> tuple[str, ...]:
-    """Whose code may run while the worker reports: the standard library, torch, numpy, triton
-    (a chapter's extension resets its interpreter's state) and the course itself."""
-    import importlib.util
+    """Whose code may run while the worker reports: the standard library and every installed
+    package (torch, numpy, triton; Jupyter's and pytest's hooks, which a warning raised while
+    reporting may call), and the course itself. Not: the learner's own files and notebook cells."""
+    import site
+    import sysconfig
 
-    import numpy
-
-    dirs = {Path(os.__file__).parent, Path(torch.__file__).parent, Path(numpy.__file__).parent,
-            Path(__file__).parents[2]}
-    spec = importlib.util.find_spec("triton")
-    if spec is not None and spec.origin:
-        dirs.add(Path(spec.origin).parent)
+    paths = sysconfig.get_paths()
+    dirs = {Path(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    dirs |= {Path(p) for p in site.getsitepackages()}
+    dirs |= {Path(m.__file__).parent for m in (os, torch)} | {Path(__file__).parents[2]}
     return tuple({f"{d}/" for d in dirs} | {f"{d.resolve()}/" for d in dirs})
 
 
@@ -274,8 +273,7 @@ _TRUSTED = _trusted_dirs()
 def reporting_trace(frame: Any, event: str, arg: Any) -> None:
     code = frame.f_code
     name = code.co_filename
-    if name in _MACHINERY[0] or name.startswith("<frozen") or any(
-            name.startswith(d) and "site-packages" not in name[len(d):] for d in _TRUSTED):
+    if name in _MACHINERY[0] or name.startswith(("<frozen", *_TRUSTED)):
         return None
     if code.co_flags & _CO_RESUMABLE or code.co_name == "__del__":
         return None         # a generator closed, an object finalised: not a call of the checker's
@@ -286,7 +284,8 @@ def reporting_trace(frame: Any, event: str, arg: Any) -> None:
 
 def reporting() -> None:
     """From now until the next learner call: no learner code runs in this thread. Between the
-    calls the worker copies inputs and reports outcomes with torch and the standard library; a
+    calls the worker copies inputs and reports outcomes with torch and the standard library (code
+    of the learner's own files and notebook cells is outside :func:`_trusted_dirs`); a
     function the learner's code put in their place (``torch.save = ...`` at a file's top level)
     would run there unwatched, so it ends the worker instead (the parent reports tampering)."""
     sys.settrace(reporting_trace)
