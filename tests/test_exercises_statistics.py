@@ -1,6 +1,6 @@
 """Statistically sound exercises: on many seeds of the random cases, every reference solution
 passes (0 false rejects) and every declared mistake is recognised (>= 99% of seeds), with one
-verdict on seeds 0-99. ``make test`` runs a sample (100, 40 and 40 seeds); ``make stats`` the
+verdict on seeds 0-99. ``make test`` runs a sample (50, 25 and 25 seeds); ``make stats`` the
 full sweep (500, 200 and 100).
 
 Run in-process through the engine's bare path (no worker, no watch): these test the cases, the
@@ -20,9 +20,9 @@ from course_lib.toolkit.checking._registry import registry
 #: ``make test`` runs every exercise and every declared mistake on a sample of seeds;
 #: ``make stats`` (``COURSE_LIB_STATS=full``) runs the full sweep below.
 FULL = os.environ.get("COURSE_LIB_STATS") == "full"
-SOLUTION_SEEDS = 500 if FULL else 100
-MISTAKE_SEEDS = 200 if FULL else 40      # >= 99%: at most 2 misses (full), none (sample)
-FLIP_SEEDS = 100 if FULL else 40         # one verdict on each of these seeds
+SOLUTION_SEEDS = 500 if FULL else 50
+MISTAKE_SEEDS = 200 if FULL else 25      # >= 99%: at most 2 misses (full), none (sample)
+FLIP_SEEDS = 100 if FULL else 25         # one verdict on each of these seeds
 EXERCISES = list(registry().values())
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
