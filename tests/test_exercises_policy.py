@@ -295,7 +295,14 @@ def _per_head_vector(q, k, v, block_size=64):
     return outs
 
 
-@pytest.mark.parametrize("fn", [_numpy_flash, _flat_flash, _per_head_vector],
+def _asarray_flash(q, k, v, block_size=64):
+    qn, kn, vn = (np.asarray(t, dtype=np.float64) for t in (q, k, v))   # via Tensor.__array__
+    s = qn @ np.swapaxes(kn, -1, -2) / math.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return torch.from_numpy((p / p.sum(-1, keepdims=True)) @ vn).to(q.dtype)
+
+
+@pytest.mark.parametrize("fn", [_numpy_flash, _asarray_flash, _flat_flash, _per_head_vector],
                          ids=lambda f: f.__name__)
 def test_an_nxn_matrix_in_numpy_or_another_shape_is_refused(fn):
     result = _check("flash_attention", fn)

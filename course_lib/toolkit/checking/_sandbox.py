@@ -122,7 +122,7 @@ class _FunctionWatch(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
         if self.max_square is not None and name in _TO_NUMPY \
-                and not sys._getframe(1).f_code.co_filename.startswith(_LIBRARIES):
+                and not _asked_by_a_library(sys._getframe(1)):
             self.outcome.left_torch = True
             raise ForbiddenCall("numpy")
         label = self.names.get(name)
@@ -187,8 +187,19 @@ def _package_dirs(name: str) -> tuple[str, ...]:
 #: course guard still act on every call). Triton's interpreter runs a kernel as plain Python:
 #: line events in it made a checked kernel ~3x slower than the same kernel unchecked.
 _NO_LINE_EVENTS = (*_TORCH_DIR, *_package_dirs("triton"))
-#: Libraries whose own calls into numpy are theirs, not the learner's (Triton's interpreter).
-_LIBRARIES = (*_NO_LINE_EVENTS, *_package_dirs("numpy"))
+#: Where a conversion to numpy passes through on its way (``np.asarray(t)`` calls torch's
+#: ``Tensor.__array__``, which calls ``t.numpy()``), and the library allowed to ask for one.
+_CONVERTERS = (*_TORCH_DIR, *_package_dirs("numpy"))
+_TRITON_DIR = _package_dirs("triton")
+
+
+def _asked_by_a_library(frame: Any) -> bool:
+    """Whether the first frame outside torch and numpy, from ``frame`` outwards, is Triton's
+    (its interpreter's own conversions), not the learner's code."""
+    while frame is not None and frame.f_code.co_filename.startswith(_CONVERTERS):
+        frame = frame.f_back
+    return bool(_TRITON_DIR) and frame is not None \
+        and frame.f_code.co_filename.startswith(_TRITON_DIR)
 
 
 def learner_traceback(exc: BaseException) -> str:
