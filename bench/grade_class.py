@@ -2,11 +2,14 @@
 
     python bench/grade_class.py                       # 60 workbooks of 03_softmax, 2 jobs
     python bench/grade_class.py -n 20 --chapter 06_masks --jobs 2
+    python bench/grade_class.py -n 20 --compare       # with and without the OS sandbox
 
 The learners are a mix, one third each: every exercise right (the reference solution, renamed to
 the starter's name), every exercise with its first declared mistake, and the first exercise only
 (the rest left as starters). Prints the wall time, the time per notebook and the summary table;
 the course's target is 60 workbooks in at most 10 minutes on a 2-core machine with 2 jobs.
+``--compare`` grades the class twice, in the sandbox and with ``--no-sandbox``, and prints the
+sandbox's overhead per notebook (``--out FILE.md`` also writes the table).
 """
 
 from __future__ import annotations
@@ -56,31 +59,50 @@ def make_class(folder: Path, chapter: str, n: int) -> None:
         (folder / f"learner{i:03d}.ipynb").write_text(json.dumps(learner))
 
 
+def grade_once(subs: Path, out: Path, jobs: int, sandboxed: bool) -> tuple[float, object]:
+    started = time.perf_counter()
+    run = grading.grade(sorted(subs.glob("*.ipynb")), out, jobs=jobs, cache=None,
+                        sandboxed=sandboxed, seed=1)
+    return time.perf_counter() - started, run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=60, help="workbooks (default 60)")
     parser.add_argument("--chapter", default="03_softmax")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--compare", action="store_true",
+                        help="also grade without the sandbox and print its overhead")
+    parser.add_argument("--out", help="write the table (Markdown) to this file")
     args = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="grade-class-") as tmp:
         subs = Path(tmp) / "submissions"
         subs.mkdir()
         make_class(subs, args.chapter, args.n)
-        started = time.perf_counter()
-        run = grading.grade(sorted(subs.glob("*.ipynb")), Path(tmp) / "gradebook.csv",
-                            jobs=args.jobs, cache=None)
-        wall = time.perf_counter() - started
-    print(run.summary)
-    statuses = Counter(r["status"] for r in run.results)
-    print("\nnotebook outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())))
-    slowest = sorted(zip(run.seconds, run.results, strict=True), key=lambda t: -t[0])[:3]
-    print("slowest: " + "; ".join(f"{Path(r['notebook']).name} {s:.0f} s ({r['status']}"
-                                  f"{': ' + r['detail'] if r.get('detail') else ''})"
-                                  for s, r in slowest))
-    per = sum(run.seconds) / len(run.seconds)
-    print(f"\n{args.n} workbooks of {args.chapter}, --jobs {args.jobs}: {wall:.0f} s in all "
-          f"({wall / 60:.1f} min), {per:.1f} s per notebook (each in its own kernel), "
-          f"{wall / args.n:.1f} s of wall time per notebook")
+        for sandboxed in ([True, False] if args.compare else [True]):
+            wall, run = grade_once(subs, Path(tmp) / "gradebook.csv", args.jobs, sandboxed)
+            statuses = Counter(r["status"] for r in run.results)
+            per = sum(run.seconds) / len(run.seconds)
+            rows.append({"sandbox": "bubblewrap" if sandboxed else "none (--no-sandbox)",
+                         "workbooks": args.n, "jobs": args.jobs, "wall (s)": f"{wall:.0f}",
+                         "wall (min)": f"{wall / 60:.1f}", "per notebook (s)": f"{per:.1f}",
+                         "outcomes": ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))})
+            print(run.summary)
+            slowest = sorted(zip(run.seconds, run.results, strict=True), key=lambda t: -t[0])[:3]
+            print("slowest: " + "; ".join(f"{Path(r['notebook']).name} {s:.0f} s ({r['status']}"
+                                          f"{': ' + r['detail'] if r.get('detail') else ''})"
+                                          for s, r in slowest))
+    from course_lib.toolkit.display import markdown_table
+
+    table = f"{args.n} workbooks of {args.chapter}, --jobs {args.jobs}:\n\n" \
+        + markdown_table(rows)
+    if len(rows) == 2:
+        extra = float(rows[0]["per notebook (s)"]) - float(rows[1]["per notebook (s)"])
+        table += f"\n\nThe sandbox's overhead: {extra:.1f} s per notebook."
+    print("\n" + table)
+    if args.out:
+        Path(args.out).write_text(table + "\n")
     return 0
 
 

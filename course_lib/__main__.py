@@ -103,7 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_hint(args: argparse.Namespace) -> int:
     _known_id(args.id)
-    print(_exercises().hint(args.id, level=args.level))
+    print(_exercises().hint(args.id, level=args.level, command_line=True))
     return EXIT_PASS
 
 
@@ -159,18 +159,26 @@ def cmd_workbook(args: argparse.Namespace) -> int:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     from course_lib.toolkit import grading
+    from course_lib.toolkit.grading import sandbox
 
     out = Path(args.out)
     log = Path(args.log) if args.log else out.with_name(out.stem + "-attempts.csv")
     cache = None if args.no_cache else (
         Path(args.cache) if args.cache else out.with_name(out.stem + "-cache.sqlite3"))
+    if args.no_sandbox:
+        print("warning: --no-sandbox: learner code runs with your permissions, able to read "
+              "and change your files. Use it for notebooks you trust only.", file=sys.stderr)
     try:
         run = grading.grade(args.submissions, out, log=log, feedback=args.feedback,
-                            jobs=args.jobs, seed=args.seed, cache=cache,
+                            jobs=args.jobs, seed=args.seed, new_seed=args.new_seed,
+                            assignment=args.assignment, cache=cache,
                             cell_timeout=args.cell_timeout,
                             notebook_timeout=args.notebook_timeout,
-                            memory=int(args.memory_gb * 1024 ** 3))
-    except grading.SubmissionError as e:
+                            memory=int(args.memory_gb * 1024 ** 3), processes=args.processes,
+                            disk=int(args.disk_mb * 1024 ** 2),
+                            sandboxed=not args.no_sandbox)
+    except (grading.SubmissionError, grading.AssignmentError,
+            sandbox.SandboxUnavailable) as e:
         raise _UsageError(str(e)) from None
     print(run.summary)
     learners = len({r["learner"] for r in run.results})
@@ -178,23 +186,30 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if run.seconds:
         timing = (f"; {run.graded} run now, {sum(run.seconds) / len(run.seconds):.1f} s per "
                   "notebook")
-    print(f"\n{learners} learners, {len(run.results)} notebooks{timing}. Gradebook: {out}; "
-          f"attempt log: {log}" + (f"; feedback: {args.feedback}/" if args.feedback else ""))
+    print(f"\n{learners} learners, {len(run.results)} notebooks{timing}. Gradebook: {out} "
+          f"(seed and settings: {grading.metadata_path(out)}); attempt log: {log}"
+          + (f"; feedback: {args.feedback}/" if args.feedback else ""))
     return EXIT_PASS
 
 
 def _configure_grade(p: argparse.ArgumentParser) -> None:
     p.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                    help="a learner's notebook (learner = file name) or folder of notebooks "
-                   "(learner = folder name); notebook metadata course_lib.learner overrides")
+                   "(learner = folder name)")
     p.add_argument("--out", required=True, metavar="GRADEBOOK.csv",
-                   help="the gradebook: one row per learner, 1/0/blank per exercise, total")
+                   help="the gradebook: one row per learner, points per exercise, total")
+    p.add_argument("--assignment", metavar="FILE.toml",
+                   help="graded exercises and points, deadline, late policy, roster (.toml or "
+                   ".yml; default: every exercise of the chapters handed in, 1 point each)")
     p.add_argument("--log", metavar="FILE.csv",
                    help="the attempt log (default: GRADEBOOK-attempts.csv beside it)")
     p.add_argument("--feedback", metavar="DIR", help="write one Markdown file per learner")
     p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once (default 2)")
     p.add_argument("--seed", type=int, default=None,
-                   help="the grading seed, the same for every learner (default: the course's)")
+                   help="the grading seed (default: a secret one, drawn for a new gradebook and "
+                   "kept in GRADEBOOK.meta.json)")
+    p.add_argument("--new-seed", action="store_true",
+                   help="draw a new secret seed even if the gradebook has one")
     p.add_argument("--cache", metavar="FILE",
                    help="results by notebook content (default: GRADEBOOK-cache.sqlite3)")
     p.add_argument("--no-cache", action="store_true", help="grade every notebook again")
@@ -202,7 +217,13 @@ def _configure_grade(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notebook-timeout", type=float, default=600.0,
                    help="seconds per notebook (600)")
     p.add_argument("--memory-gb", type=float, default=4.0,
-                   help="memory cap of each notebook's kernel, GiB (4)")
+                   help="memory of each notebook's processes together, GiB (4)")
+    p.add_argument("--processes", type=int, default=32,
+                   help="processes each notebook may run at once (32)")
+    p.add_argument("--disk-mb", type=float, default=256.0,
+                   help="disk each notebook may write, MiB (256)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run learner code without the OS sandbox: ONLY for notebooks you trust")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -138,6 +138,12 @@ def check(exercise_id: str, fn: Callable[..., Any], *, timeout: float | None = N
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     started = time.perf_counter()
+    if os.environ.get("COURSE_LIB_GRADING") == "1":
+        # Inside a grader's sandbox: the course's exercises (cases, answers) are not there.
+        return CheckResult(exercise=str(exercise_id), passed=False, status="not_attempted",
+                           mistake="graded_outside",
+                           message=("This notebook is being graded: the grader checks your "
+                                    "function outside the notebook, on cases it cannot see."))
     try:
         table = registry()
         if not isinstance(exercise_id, str) or exercise_id not in table:
@@ -198,15 +204,18 @@ class Solution(str):
             return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def hint(exercise_id: str, level: int = 1) -> Hint:
-    """Hint number ``level`` (1 = gentlest; clamped to the available range)."""
+def hint(exercise_id: str, level: int = 1, *, command_line: bool = False) -> Hint:
+    """Hint number ``level`` (1 = gentlest; clamped to the available range). ``command_line``:
+    the footer names the next hint as the terminal takes it (``--level 2``), not as Python."""
     try:
         ex = get_exercise(exercise_id)
     except KeyError as e:
         return Hint(str(e.args[0]))
     n = len(ex.hints)
     k = min(max(int(level), 1), n)
-    more = f" (exercises.hint(\"{ex.id}\", level={k + 1}) says more)" if k < n else ""
+    nxt = (f"python -m course_lib hint {ex.id} --level {k + 1}" if command_line
+           else f"exercises.hint(\"{ex.id}\", level={k + 1})")
+    more = f" ({nxt} says more)" if k < n else ""
     return Hint(f"Hint {k}/{n} for {ex.id}: {ex.hints[k - 1]}{more}")
 
 

@@ -22,6 +22,7 @@ from ._describe import describe_case
 from ._isolation import (
     CourseGuard,
     FileSource,
+    Launcher,
     Prepared,
     fork_available,
     run_bare,
@@ -166,7 +167,8 @@ def _refusal(out: CallOutcome) -> tuple[str, str] | None:
 
 def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None = None,
               seed: int | None = None, isolate: bool = True,
-              refuse_course: bool = True, watch: bool = True) -> CheckResult:
+              refuse_course: bool = True, watch: bool = True,
+              launcher: Launcher | None = None) -> CheckResult:
     """Check ``fn`` against ``ex``; may raise only on a bug in the declaration itself.
 
     ``isolate``: run the learner's code in a forked worker (see ``_isolation``); ``False`` runs
@@ -175,10 +177,12 @@ def run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: flo
     ``fn`` may be a :class:`FileSource` (the command line: the worker loads the file, under the
     same time limit). ``watch=False`` (with ``isolate=False``): call ``fn`` directly, with no time
     limit or watch at all (the statistical tests of the course's own solutions and mistakes).
+    ``launcher``: how the worker starts (default: forked; grading starts it in an OS sandbox,
+    where the cases, the oracle and the seed stay in this process).
     """
     with session_state_kept():
         return _run_check(ex, fn, timeout=timeout, seed=seed, isolate=isolate,
-                          refuse_course=refuse_course, watch=watch)
+                          refuse_course=refuse_course, watch=watch, launcher=launcher)
 
 
 @contextlib.contextmanager
@@ -198,7 +202,7 @@ def session_state_kept() -> Iterator[None]:
 
 def _run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: float | None,
                seed: int | None, isolate: bool, refuse_course: bool,
-               watch: bool) -> CheckResult:
+               watch: bool, launcher: Launcher | None = None) -> CheckResult:
     chosen = seed is not None
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     timeout = ex.time_limit if timeout is None else timeout
@@ -214,9 +218,10 @@ def _run_check(ex: Exercise, fn: Callable[..., Any] | FileSource, *, timeout: fl
     guard = CourseGuard(ex.allowed_course_calls) if refuse_course else None
     if not isolate and not watch:
         stream = run_bare(fn, cases, ex.params)
-    elif isolate and fork_available():
+    elif isolate and (fork_available() or launcher is not None):
         stream = run_isolated(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
-                              timeout=timeout, extension=ex.extension, forget=forget_kept)
+                              timeout=timeout, extension=ex.extension, forget=forget_kept,
+                              launcher=launcher)
     else:
         stream = run_in_process(fn, cases, ex.params, forbidden=ex.forbidden, guard=guard,
                                 timeout=timeout, extension=ex.extension)

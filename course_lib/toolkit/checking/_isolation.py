@@ -517,27 +517,17 @@ def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
     return out
 
 
-def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
-                 forbidden: tuple[str, ...], guard: CourseGuard | None, timeout: float,
-                 memory_cap: int | None = MEMORY_CAP, extension: Any = None,
-                 forget: Callable[[], None] | None = None) -> Iterator[Any]:
-    """Like :func:`run_in_process`, with the learner's code in a forked worker.
+#: Starts a check's worker: ``(source, params, forbidden, guard, memory_cap, extension,
+#: forget) -> (worker, cases_fd)``. The worker reports on ``worker.fd`` and reads its cases from
+#: ``cases_fd``. :func:`fork_worker` is the default; ``checking._remote`` starts one in another
+#: program (grading runs it inside an OS sandbox).
+Launcher = Callable[..., tuple["_Worker", int]]
 
-    The worker is forked before the cases exist (``cases`` may be a function that makes them),
-    loads the learner's file, and only then receives them: a file's top level has no inputs to
-    compute answers from. ``forget`` runs in the worker first (the engine drops its copies of
-    the cases and answers of chosen seeds there). A call (or loading a :class:`FileSource`) that
-    takes longer than ``timeout`` yields an outcome with ``timed_out``; a worker that dies yields
-    one with ``ended`` ("exit:N", "signal:N"). The worker is killed when the generator closes.
-    """
-    _warm_up()
-    _warm_serialisation()
-    _policy.warm(forbidden)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
+
+def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...],
+                guard: CourseGuard | None, memory_cap: int | None, extension: Any,
+                forget: Callable[[], None] | None) -> tuple[_Worker, int]:
+    """A forked worker (see the module docstring): it inherits ``source`` as it is."""
     r, w = os.pipe()
     cases_r, cases_w = os.pipe()
     with warnings.catch_warnings():
@@ -555,7 +545,34 @@ def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
             os._exit(code)
     os.close(w)
     os.close(cases_r)
-    worker = _Worker(pid, r)
+    return _Worker(pid, r), cases_w
+
+
+def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
+                 forbidden: tuple[str, ...], guard: CourseGuard | None, timeout: float,
+                 memory_cap: int | None = MEMORY_CAP, extension: Any = None,
+                 forget: Callable[[], None] | None = None,
+                 launcher: Launcher | None = None) -> Iterator[Any]:
+    """Like :func:`run_in_process`, with the learner's code in a forked worker (``launcher``:
+    another way to start one, see :data:`Launcher`).
+
+    The worker is forked before the cases exist (``cases`` may be a function that makes them),
+    loads the learner's file, and only then receives them: a file's top level has no inputs to
+    compute answers from. ``forget`` runs in the worker first (the engine drops its copies of
+    the cases and answers of chosen seeds there). A call (or loading a :class:`FileSource`) that
+    takes longer than ``timeout`` yields an outcome with ``timed_out``; a worker that dies yields
+    one with ``ended`` ("exit:N", "signal:N"). The worker is killed when the generator closes.
+    """
+    _warm_up()
+    _warm_serialisation()
+    _policy.warm(forbidden)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    worker, cases_w = (launcher or fork_worker)(source, params, forbidden, guard, memory_cap,
+                                                extension, forget)
     try:
         msg = worker.recv(START_LIMIT)
         if not isinstance(msg, dict) or msg.get("kind") != "ready":

@@ -26,12 +26,17 @@ def is_untouched(fn: Callable[..., Any]) -> bool:
         if isinstance(node, ast.Lambda):
             return _trivial_expr(node.body)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = list(node.body)
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                body = body[1:]
-            return all(_trivial_stmt(s) for s in body)
+            return untouched_def(node)
     return False
+
+
+def untouched_def(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a parsed ``def`` is an untouched starter (see :func:`is_untouched`)."""
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return all(_trivial_stmt(s) for s in body)
 
 
 def _trivial_bytecode(code) -> bool:

@@ -1,19 +1,25 @@
 """Grade a class: the course's checkers over the learners' workbook notebooks, into a gradebook.
 
-    python -m course_lib grade SUBMISSION... --out gradebook.csv [--feedback DIR] [--jobs N]
+    python -m course_lib grade SUBMISSION... --out gradebook.csv [--assignment A.toml]
+                                             [--feedback DIR] [--jobs N]
 
-Each notebook is graded in a process of its own (``job.py``): it runs top to bottom in a fresh,
-fenced kernel (``kernel.py``, ``sandbox.py``), then the chapter's exercises are checked by the
-course's checkers on the learner's functions (``extract.py``) with a fixed grading seed, in a
-process that never ran learner code. Nothing is recorded in anyone's progress record. Results
-are cached by the notebook's content (``store.py``), so a second run re-grades only what changed,
+Each notebook is graded in a process of its own (``job.py``, the grader's trusted side): its
+cells run in a kernel inside an OS sandbox (``sandbox.py``: bubblewrap), then the chapter's
+exercises are checked by the course's checkers, whose worker runs the learner's functions in a
+fresh sandbox of its own and sees only each case's inputs; the cases, the oracle, the solutions
+and the grading seed stay outside. The seed is secret: drawn for a new gradebook, kept in its
+metadata file (``gradebook.meta.json``) so a re-run grades alike, never visible to learner code.
+Results are cached by the notebook's bytes, the checker's code and the settings (``store.py``),
 and the outputs (``report.py``) are written by this process alone, after the notebooks ran.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -26,20 +32,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import report
+from . import report, sandbox
+from .assignment import Assignment, AssignmentError
 from .job import Job, NotebookResult
 from .store import ResultCache, key
 from .submissions import Submission, SubmissionError, chapter_of, discover
 
-__all__ = ["DEFAULT_SEED", "GradeRun", "SubmissionError", "grade"]
-
-#: The grading seed: the same for every learner and every run (not the learner's own seed).
-DEFAULT_SEED = 20260101
+__all__ = ["AssignmentError", "GradeRun", "SubmissionError", "checker_digest", "grade",
+           "metadata_path"]
 
 
 @dataclass
 class GradeRun:
-    """What :func:`grade` did: every notebook's result, the exercise columns, the summary."""
+    """What :func:`grade` did: every notebook's result, the graded exercises and their points,
+    the summary."""
 
     results: list[dict[str, Any]]
     exercises: list[str]
@@ -47,35 +53,92 @@ class GradeRun:
     graded: int = 0                       # notebooks run now (the rest came from the cache)
     cache_errors: list[str] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)   # wall time of each notebook run now
+    points: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
 
 
-def _version() -> str:
+_DIGEST: list[str] = []
+
+
+def checker_digest() -> str:
+    """SHA-256 over every source file of ``course_lib`` (the checkers, the exercises, the
+    sandbox): a changed checker changes the cache key, so its results are graded again."""
+    if not _DIGEST:
+        h = hashlib.sha256()
+        root = sandbox.course_package()
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _DIGEST.append(h.hexdigest())
+    return _DIGEST[0]
+
+
+def metadata_path(out: str | Path) -> Path:
+    """``gradebook.csv`` -> ``gradebook.meta.json``: the seed and the settings of a gradebook."""
+    out = Path(out)
+    return out.with_name(out.stem + ".meta.json")
+
+
+def _seed_for(out: Path, seed: int | None, new_seed: bool) -> int:
+    """The instructor's ``seed``; else the one this gradebook was first graded with; else a new
+    secret one (``new_seed``: always a new one)."""
+    if seed is not None:
+        return int(seed)
+    meta = metadata_path(out)
+    if not new_seed and meta.is_file():
+        try:
+            return int(json.loads(meta.read_text())["seed"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return secrets.randbits(62)
+
+
+def _write_metadata(out: Path, seed: int, points: dict[str, float],
+                    assignment: Assignment | None, sandboxed: bool) -> None:
+    meta = metadata_path(out)
+    text = json.dumps({"seed": seed, "checker": checker_digest(), "sandbox": sandboxed,
+                       "assignment": assignment.source if assignment else None,
+                       "points": points}, indent=1, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{meta.name}.", dir=meta.parent)
+    with os.fdopen(fd, "w") as f:          # mkstemp: readable by the instructor only (0600)
+        f.write(text)
+    os.replace(tmp, meta)
+
+
+def _submitted(sub: Submission) -> dt.datetime:
     try:
-        from importlib.metadata import version
-        return version("course_lib")
-    except Exception:
-        return "unknown"
+        return dt.datetime.fromtimestamp(os.lstat(sub.notebook).st_mtime, dt.timezone.utc)
+    except OSError:
+        return dt.datetime.fromtimestamp(0, dt.timezone.utc)
 
 
 def _run_job(job: Job, limit: float) -> tuple[dict[str, Any], float]:
     """One notebook in its own process (own session: killed whole on a time-out)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "course_lib.toolkit.grading.job"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True, text=True)
-    try:
-        out, _ = proc.communicate(json.dumps(asdict(job)), timeout=limit)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return (asdict(NotebookResult(job.learner, job.notebook, job.chapter, "timeout",
-                                      f"grading this notebook took over {limit:g} s")),
-                time.perf_counter() - started)
-    finally:
+    Path(job.workdir).mkdir(parents=True, exist_ok=True)
+    errors = Path(job.workdir) / "grader-stderr.txt"    # the grader's own messages only
+    with errors.open("w") as err:
+        # The grader's own caches live in the job's folder: a grading user without a writable
+        # home (or with someone else's) grades the same.
+        env = {**os.environ, "MPLCONFIGDIR": str(Path(job.workdir) / "grader-mpl"),
+               "IPYTHONDIR": str(Path(job.workdir) / "grader-ipython")}
+        proc = subprocess.Popen([sys.executable, "-m", "course_lib.toolkit.grading.job"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                start_new_session=True, text=True, env=env)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)   # nothing it started outlives it
-        except (ProcessLookupError, PermissionError):
-            pass
+            out, _ = proc.communicate(json.dumps(asdict(job)), timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return (asdict(NotebookResult(job.learner, job.notebook, job.chapter, "timeout",
+                                          f"grading this notebook took over {limit:g} s")),
+                    time.perf_counter() - started)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # nothing it started outlives it
+            except (ProcessLookupError, PermissionError):
+                pass
     seconds = time.perf_counter() - started
     last = out.strip().splitlines()[-1] if out.strip() else ""
     try:
@@ -84,90 +147,147 @@ def _run_job(job: Job, limit: float) -> tuple[dict[str, Any], float]:
             raise ValueError("not this job's result")
         return result, seconds
     except ValueError:
+        lines = [x for x in errors.read_text(errors="replace").splitlines() if x.strip()]
+        why = f": {lines[-1][:300]}" if lines else ""
         return (asdict(NotebookResult(job.learner, job.notebook, job.chapter, "crashed",
                                       f"the grading process ended without a result (exit "
-                                      f"{proc.returncode})")), seconds)
+                                      f"{proc.returncode}){why}")), seconds)
+
+
+def _row(sub: Submission, chapter: str, status: str, detail: str) -> dict[str, Any]:
+    return asdict(NotebookResult(sub.learner, str(sub.notebook), chapter, status, detail))
 
 
 def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | None = None,
-          feedback: str | Path | None = None, jobs: int = 2, seed: int = DEFAULT_SEED,
+          feedback: str | Path | None = None, jobs: int = 2, seed: int | None = None,
+          new_seed: bool = False, assignment: Assignment | str | Path | None = None,
           cache: str | Path | None = None, cell_timeout: float = 120.0,
           notebook_timeout: float = 600.0, call_timeout: float = 10.0,
-          memory: int = 4 * 1024 ** 3, progress: bool = True) -> GradeRun:
-    """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``).
+          memory: int = sandbox.Limits.memory, processes: int = sandbox.Limits.processes,
+          disk: int = sandbox.Limits.disk, output: int = sandbox.Limits.output,
+          sandboxed: bool = True, progress: bool = True) -> GradeRun:
+    """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``,
+    and ``out``'s metadata file with the seed).
 
-    ``cache``: the SQLite file of earlier results (``None``: none). ``jobs``: notebooks graded at
-    once. Time limits in seconds; ``memory``: the address-space cap of each notebook's kernel.
-    Raises :class:`SubmissionError` for paths that are no submissions.
+    ``assignment``: an :class:`Assignment` or its file (``None``: every exercise of the chapters
+    handed in, one point each). ``seed``: the grading seed (``None``: this gradebook's own, see
+    :func:`_seed_for`). ``cache``: the SQLite file of earlier results (``None``: none). ``jobs``:
+    notebooks graded at once. Time limits in seconds; ``memory``, ``processes``, ``disk``,
+    ``output``: the sandbox's limits per notebook. ``sandboxed=False`` runs learner code without
+    the OS sandbox (trusted notebooks only). Raises :class:`sandbox.SandboxUnavailable` when the
+    sandbox cannot run here, :class:`SubmissionError` for paths that are no submissions and
+    :class:`AssignmentError` for a malformed assignment.
     """
     from tqdm.auto import tqdm
 
-    seed = DEFAULT_SEED if seed is None else int(seed)
     from course_lib.toolkit.checking import registry
 
+    from . import assignment as assignment_module
+
+    if sandboxed and (reason := sandbox.unavailable_reason()) is not None:
+        raise sandbox.SandboxUnavailable(reason)
     table = registry()
     chapter_of_exercise = {i: ex.chapter for i, ex in table.items()}
+    if isinstance(assignment, (str, Path)):
+        assignment = assignment_module.load(assignment, chapter_of_exercise)
     submissions = discover(list(paths))
     out = Path(out)
-    outputs = [out] + [Path(p) for p in (log, feedback, cache) if p is not None]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    seed = _seed_for(out, seed, new_seed)
     cache_db = ResultCache(cache)
     tmp_root = Path(tempfile.mkdtemp(prefix="course-lib-grading-"))
-    hidden = sorted({str(Path(p).resolve()) for p in paths}
-                    | {str(p.resolve()) for p in outputs} | {str(tmp_root)})
-    results: dict[Submission, dict[str, Any]] = {}
-    todo: list[tuple[Submission, Job, str]] = []
+    course_copy = sandbox.learner_copy(tmp_root) if sandboxed else Path()
+    limits = sandbox.Limits(memory, processes, disk, output)
+    results: dict[int, dict[str, Any]] = {}
+    todo: list[tuple[int, Job, str]] = []
+    same: dict[str, list[int]] = {}      # cache key -> the submissions it grades
     chapters: set[str] = set()
+    roster = assignment.roster if assignment else None
     for n, sub in enumerate(submissions):
-        data = sub.notebook.read_bytes()
+        if roster is not None and sub.learner not in roster:
+            results[n] = _row(sub, "", "refused", "not on the assignment's roster: not graded")
+            continue
+        if sub.problem is not None or sub.data is None:
+            results[n] = _row(sub, "", "refused", f"the submission {sub.problem}")
+            continue
         try:
-            nb = json.loads(data)
+            nb = json.loads(sub.data.decode("utf-8"))
+            if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+                raise ValueError("no list of cells")
             chapter = chapter_of(nb, sub.notebook, chapter_of_exercise)
-        except ValueError:
-            nb, chapter = None, None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            results[n] = _row(sub, "", "unreadable",
+                              f"not a notebook ({type(e).__name__}: {str(e)[:120]})")
+            continue
         if chapter is None:
-            results[sub] = asdict(NotebookResult(
-                sub.learner, str(sub.notebook), "", "unreadable" if nb is None else "unknown",
-                "not a notebook" if nb is None else "no course chapter found in this notebook"))
+            results[n] = _row(sub, "", "unknown", "no course chapter found in this notebook")
+            continue
+        ids = [i for i, c in chapter_of_exercise.items() if c == chapter
+               and (assignment is None or i in assignment.points)]
+        if not ids:
+            results[n] = _row(sub, chapter, "refused",
+                              f"chapter {chapter} is not part of this assignment: not graded")
             continue
         chapters.add(chapter)
-        ids = [i for i, c in chapter_of_exercise.items() if c == chapter]
-        settings = {"course_lib": _version(), "seed": seed, "exercises": ids,
-                    "limits": [cell_timeout, notebook_timeout, call_timeout, memory]}
-        k = key(data, settings)
+        settings = {"checker": checker_digest(), "seed": seed, "exercises": ids,
+                    "sandbox": sandboxed, "limits": [cell_timeout, notebook_timeout,
+                                                     call_timeout, *asdict(limits).values()]}
+        k = key(sub.data, settings)
+        submitted = _submitted(sub)
+        late = {"late_days": assignment.days_late(submitted) if assignment else 0.0}
+        late["late_factor"] = assignment.late.factor(late["late_days"]) if assignment else 1.0
         cached = cache_db.get(k)
         if cached is not None:
-            results[sub] = {**cached, "learner": sub.learner, "notebook": str(sub.notebook)}
+            results[n] = {**cached, "learner": sub.learner, "notebook": str(sub.notebook),
+                          **late}
             continue
-        job = Job(notebook=str(sub.notebook.resolve()), learner=sub.learner, chapter=chapter,
-                  exercises=ids, seed=seed, workdir=str(tmp_root / f"job{n}"), hidden=hidden,
-                  cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
-                  call_timeout=call_timeout, memory=memory)
-        todo.append((sub, job, k))
+        if k in same:            # byte-identical to a notebook graded now: the same result
+            same[k].append(n)
+            results[n] = late
+            continue
+        same[k] = [n]
+        # The job's folder is named by what is graded (no job number for a notebook to read).
+        job = Job(notebook=sub.notebook.name, learner=sub.learner, chapter=chapter,
+                  exercises=ids, seed=seed, workdir=str(tmp_root / k[:24]),
+                  course_copy=str(course_copy), source=sub.data.decode("utf-8"),
+                  sandboxed=sandboxed, cell_timeout=cell_timeout,
+                  notebook_timeout=notebook_timeout, call_timeout=call_timeout,
+                  memory=limits.memory, processes=limits.processes, disk=limits.disk,
+                  output=limits.output)
+        todo.append((n, job, k))
+        results[n] = late            # completed below
     seconds: list[float] = []
     limit_extra = 120.0
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
                 tqdm(total=len(todo), desc="grading", unit="notebook",
                      disable=not progress) as bar:
-            futures = [(sub, k, pool.submit(_run_job, job,
-                                            notebook_timeout + limit_extra
-                                            + call_timeout * 20 * len(job.exercises)))
-                       for sub, job, k in todo]
-            for sub, k, future in futures:
+            futures = [(n, k, pool.submit(_run_job, job,
+                                          notebook_timeout + limit_extra
+                                          + call_timeout * 20 * len(job.exercises)))
+                       for n, job, k in todo]
+            for _, k, future in futures:
                 result, took = future.result()
-                result["notebook"] = str(sub.notebook)
-                results[sub] = result
+                if result["status"] != "crashed" or result["verdicts"]:
+                    cache_db.put(k, {**result, "learner": "", "notebook": ""})
+                for n in same[k]:
+                    sub = submissions[n]
+                    results[n] = {**result, "learner": sub.learner,
+                                  "notebook": str(sub.notebook), **results[n]}
                 seconds.append(took)
-                if result["status"] not in ("crashed",) or result["verdicts"]:
-                    cache_db.put(k, result)
                 bar.update(1)
     finally:
         cache_errors = list(cache_db.errors)
         cache_db.close()
         shutil.rmtree(tmp_root, ignore_errors=True)
-    exercises = [i for i, c in chapter_of_exercise.items() if c in chapters]
-    ordered = [results[s] for s in submissions]
-    report.write_outputs(ordered, exercises, out, Path(log) if log else None,
-                         Path(feedback) if feedback else None)
-    return GradeRun(ordered, exercises, report.summary_markdown(ordered, exercises),
-                    graded=len(todo), seconds=seconds, cache_errors=cache_errors)
+    if assignment is not None:
+        points = dict(assignment.points)
+    else:
+        points = {i: 1.0 for i, c in chapter_of_exercise.items() if c in chapters}
+    ordered = [results[n] for n in range(len(submissions))]
+    report.write_outputs(ordered, points, out, Path(log) if log else None,
+                         Path(feedback) if feedback else None, roster)
+    _write_metadata(out, seed, points, assignment, sandboxed)
+    return GradeRun(ordered, list(points), report.summary_markdown(ordered, points),
+                    graded=len(todo), seconds=seconds, cache_errors=cache_errors,
+                    points=points, seed=seed)

@@ -1,16 +1,20 @@
 """Grade one learner notebook in a process of its own: the ``grading.job`` module.
 
 Reads a :class:`Job` as JSON on standard input and prints a :class:`NotebookResult` as JSON on
-its last line of standard output. Two steps:
+its last line of standard output. This process is the grader's (trusted) side: it holds the
+notebook, the grading seed, the cases and the oracle, and runs no learner code itself. Two steps:
 
-1. **Run the notebook** top to bottom in a fresh, fenced kernel (``nbclient``; see ``kernel.py``
-   and ``sandbox.py``): its own scratch folder as the working directory and home, a time limit per
-   cell and per notebook, a memory cap. The outcome (ran / cells that raised / timeout / crashed)
-   goes in the gradebook's status column; the kernel's outputs are not trusted for anything.
-2. **Grade the exercises** of the notebook's chapter with the course's checkers, in *this*
-   process, which never ran learner code: the learner's functions and what they use
-   (``extract.py``) are loaded by the checkers' forked worker, with the grading seed, and this
-   process is fenced first, so the worker is too. The verdicts are the checkers' own.
+1. **Run the notebook** top to bottom (``nbclient``, here) in a kernel started inside the OS
+   sandbox (``sandbox.py``; the kernel talks to this process over Unix sockets in the job's
+   scratch folder, as the sandbox has no network): a time limit per cell (a cell that runs over
+   is interrupted and the next cells still run) and per notebook, the sandbox's limits per
+   process tree, and a cap on the output kept. The outcome (ran / cells that raised / timed out
+   / ended) goes in the gradebook's notes; the kernel's outputs are not trusted for anything.
+2. **Grade the exercises** of the notebook's chapter with the course's checkers: the learner's
+   functions and what they use (``extract.py``) are written to a fresh scratch folder and loaded
+   by a check worker started in a fresh sandbox of its own (``checking._remote``); the worker
+   receives only the inputs of each case and sends back what the function returned, which this
+   process compares with the oracle's answers. The verdicts are the checkers' own.
 """
 
 from __future__ import annotations
@@ -25,24 +29,37 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .sandbox import INSIDE, Limits
+
 KERNEL_NAME = "course-lib-grading"
+#: Characters of a checker's message kept in the gradebook's log, the feedback and the cache.
+MESSAGE_LIMIT = 4000
 
 
 @dataclass
 class Job:
     """One notebook to grade (see ``course_lib.toolkit.grading.grade`` for the defaults)."""
 
-    notebook: str
+    notebook: str                # a name for messages only: the notebook itself is ``source``
     learner: str
     chapter: str
     exercises: list[str]
     seed: int
     workdir: str
-    hidden: list[str] = field(default_factory=list)
+    course_copy: str = ""        # the learner copy of course_lib (``sandbox.learner_copy``)
+    source: str = ""             # the notebook's JSON text, read by the grader
+    sandboxed: bool = True
     cell_timeout: float = 120.0
     notebook_timeout: float = 600.0
     call_timeout: float = 10.0
-    memory: int = 4 * 1024 ** 3
+    memory: int = Limits.memory
+    processes: int = Limits.processes
+    disk: int = Limits.disk
+    output: int = Limits.output
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.memory, self.processes, self.disk, self.output)
 
 
 @dataclass
@@ -59,163 +76,253 @@ class NotebookResult:
     learner: str
     notebook: str
     chapter: str
-    status: str                  # ran | raised | timeout | crashed | refused | unreadable
+    status: str                  # ran | raised | timeout | crashed | refused | unreadable | ...
     detail: str = ""
     verdicts: list[Verdict] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)   # exercise -> the graded source
 
 
 # --------------------------------------------------------------------------- 1. run the notebook
 
 
-def _kernel_env(job: Job, scratch: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("COURSE_LIB_BOOK", "MPLBACKEND", "JPY_SESSION_NAME")}
-    for sub in ("home", "ipython", "mpl", "tmp", "progress"):
-        (scratch / sub).mkdir(parents=True, exist_ok=True)
-    env.update({
-        "HOME": str(scratch / "home"), "IPYTHONDIR": str(scratch / "ipython"),
-        "MPLCONFIGDIR": str(scratch / "mpl"), "TMPDIR": str(scratch / "tmp"),
-        "MPLBACKEND": "agg", "PYTHONHASHSEED": "0",
-        "COURSE_LIB_PROGRESS": str(scratch / "progress" / "progress.sqlite3"),
-        "COURSE_LIB_GRADING_FENCE": json.dumps({
-            "writable": [str(scratch)], "hidden": job.hidden, "memory": job.memory,
-            "visible": [job.workdir]}),
-    })
-    return env
+def _runner(job: Job, scratch: Path, argv: list[str], env: dict[str, str]) -> list[str]:
+    """The command that runs ``argv`` for this job: in the sandbox, or (``--no-sandbox``) as is."""
+    from . import sandbox
+
+    if not job.sandboxed:
+        return argv
+    return sandbox.command(argv, scratch=scratch, course=Path(job.course_copy),
+                           limits=job.limits, env=env)
 
 
-def _kernel_spec(workdir: Path) -> Path:
+def _inside(job: Job, scratch: Path) -> str:
+    """Where the scratch folder is for the sandboxed program."""
+    return INSIDE if job.sandboxed else str(scratch)
+
+
+def _kernel_spec(job: Job, workdir: Path, scratch: Path) -> Path:
+    from . import sandbox
+
+    inside = _inside(job, scratch)
+    env = sandbox.inside_env({"COURSE_LIB_GRADING_LIMITS": json.dumps(
+        {"memory": job.memory, "disk": job.disk})})
+    if not job.sandboxed:
+        env = {k: v.replace(INSIDE, inside) for k, v in env.items()}
+        env["PATH"] = os.environ.get("PATH", env["PATH"])
+    argv = [sys.executable, "-m", "course_lib.toolkit.grading.kernel", "-f",
+            f"{inside}/run/kernel.json"]
     spec = workdir / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "course_lib.toolkit.grading.kernel", "-f",
-                 "{connection_file}"],
-        "display_name": "course_lib grading", "language": "python"}))
+        "argv": _runner(job, scratch, argv, env), "env": {} if job.sandboxed else env,
+        "display_name": "course_lib grading", "language": "python",
+        "interrupt_mode": "message"}))
     return spec.parent
 
 
 def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
-    """Execute ``nb`` in a fenced kernel; ``(status, detail)`` for the gradebook."""
+    """Execute ``nb`` in a sandboxed kernel; ``(status, detail)`` for the gradebook."""
     import nbformat
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient.exceptions import DeadKernelError
 
     from ..kernel_polling import poll_shell_in_slices
+    from . import sandbox
 
     workdir = Path(job.workdir)
     scratch = workdir / "scratch"
-    env = _kernel_env(job, scratch)
+    sandbox.prepare_scratch(scratch)
+    (scratch / "run").mkdir(exist_ok=True)
     os.environ["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
-    km = AsyncKernelManager(kernel_name=KERNEL_NAME,
+    km = AsyncKernelManager(kernel_name=KERNEL_NAME, transport="ipc",
+                            ip=str(scratch / "run" / "ipc"),
+                            connection_file=str(scratch / "run" / "client.json"),
                             kernel_spec_manager=KernelSpecManager(kernel_dirs=[
-                                str(_kernel_spec(workdir))]))
+                                str(_kernel_spec(job, workdir, scratch))]))
+    # The kernel reaches the same sockets at the paths it sees (the scratch folder is mounted
+    # elsewhere inside the sandbox): its own copy of the connection file says where.
+    km.write_connection_file()
+    info = json.loads(Path(km.connection_file).read_text())
+    info["ip"] = f"{_inside(job, scratch)}/run/ipc"
+    (scratch / "run" / "kernel.json").write_text(json.dumps(info))
     notebook = nbformat.reads(json.dumps(nb), as_version=4)
-    current = {"cell": 0}
+    state: dict[str, Any] = {"cell": 0, "timed_out": [], "output": 0, "dropped": False,
+                             "watch": None}
+
+    class Client(NotebookClient):
+        def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any,
+                   cell_index: int) -> Any:
+            state["output"] += len(json.dumps(msg.get("content", {}), default=str))
+            if state["output"] > job.output:
+                state["dropped"] = True     # the notebook's outputs count for nothing anyway
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            state["timed_out"].append(state["cell"])
+            return await super()._async_handle_timeout(timeout, cell)
 
     def on_cell_execute(cell: Any, cell_index: int) -> None:
-        current["cell"] = cell_index + 1
+        state["cell"] = cell_index + 1
 
     def on_notebook_start(notebook: Any) -> None:
         # The kernel client is up and no cell has run: wait for each reply in 1 s polls, not in
         # one poll as long as the cell limit (see kernel_polling; the limit itself is kept).
         poll_shell_in_slices(client.kc)
+        pid = getattr(getattr(km, "provisioner", None), "pid", None)
+        if pid and job.sandboxed:
+            state["watch"] = sandbox.TreeWatch(int(pid), job.limits).__enter__()
 
-    client = NotebookClient(notebook, km=km, timeout=job.cell_timeout, allow_errors=True,
-                            record_timing=False, on_cell_execute=on_cell_execute,
-                            on_notebook_start=on_notebook_start,
-                            resources={"metadata": {"path": str(scratch)}})
+    client = Client(notebook, km=km, timeout=job.cell_timeout, allow_errors=True,
+                    interrupt_on_timeout=True,
+                    error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
+                                      "traceback": []},
+                    record_timing=False, on_cell_execute=on_cell_execute,
+                    on_notebook_start=on_notebook_start,
+                    resources={"metadata": {"path": str(scratch)}})
 
     async def execute() -> None:
         # The kernel's own output goes nowhere: only this process writes to its standard output.
-        await client.async_execute(env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        await client.async_execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     status, detail = "ran", ""
     try:
         asyncio.run(asyncio.wait_for(execute(), job.notebook_timeout))
-    except CellTimeoutError:   # first: it is a TimeoutError too
-        status = "timeout"
-        detail = f"cell {current['cell']} ran over {job.cell_timeout:g} s"
     except (asyncio.TimeoutError, TimeoutError):
         status = "timeout"
-        detail = f"the notebook ran over {job.notebook_timeout:g} s (at cell {current['cell']})"
+        detail = f"the notebook ran over {job.notebook_timeout:g} s (at cell {state['cell']})"
     except DeadKernelError:
         status = "crashed"
-        detail = (f"the kernel died in cell {current['cell']} (memory cap "
-                  f"{job.memory / 1024 ** 3:g} GiB, an exit or a crash)")
+        detail = (f"the kernel ended in cell {state['cell']} (an exit, a crash, or the "
+                  f"address-space cap of {job.memory / 1024 ** 3:g} GiB)")
     except Exception as e:   # nbclient could not start or talk to the kernel
         status, detail = "crashed", f"the notebook could not be run: {type(e).__name__}: {e}"
     finally:
+        watch = state["watch"]
+        pid = getattr(getattr(km, "provisioner", None), "pid", None)
         try:
             if km.has_kernel:
                 asyncio.run(km.shutdown_kernel(now=True))
         except Exception:
             pass
+        if pid:
+            sandbox.kill_tree(int(pid))
+        if watch is not None:
+            watch.__exit__(None, None, None)
+    if watch is not None and watch.reason:
+        status = "crashed"
+        detail = f"the sandbox was ended in cell {state['cell']}: {watch.reason}"
+    notes = [detail] if detail else []
     if status == "ran":
+        timed = set(state["timed_out"])
         raised = [str(i + 1) for i, c in enumerate(notebook.cells)
-                  if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+                  if i + 1 not in timed and any(o.get("output_type") == "error"
+                                                for o in c.get("outputs", []))]
         if raised:
             status = "raised"
-            detail = f"code in cell{'s' if len(raised) > 1 else ''} {', '.join(raised)} raised"
-    return status, detail
+            notes.append(f"code in cell{'s' if len(raised) > 1 else ''} {', '.join(raised)} "
+                         "raised")
+        if timed:
+            status = "timeout" if status == "ran" else status
+            cells = ", ".join(str(c) for c in sorted(timed))
+            notes.append(f"cell{'s' if len(timed) > 1 else ''} {cells} ran over "
+                         f"{job.cell_timeout:g} s and {'were' if len(timed) > 1 else 'was'} "
+                         "stopped; the cells after still ran")
+    if state["dropped"]:
+        notes.append(f"output beyond {job.output / 1024 ** 2:g} MiB was not kept")
+    return status, "; ".join(notes)
 
 
 # --------------------------------------------------------------------------- 2. grade
 
 
-def grade_exercises(job: Job, nb: dict[str, Any]) -> list[Verdict]:
-    """The checkers' verdict on each of ``job.exercises`` (this process gets fenced first)."""
-    from course_lib.toolkit.checking import FileSource, get_exercise, run_check
+def _launcher(job: Job, folder: Path) -> Any:
+    """How this job's check workers start: forked by one server in a sandbox over ``folder``,
+    the job's check folder (with ``--no-sandbox``, by a plain server process)."""
+    from course_lib.toolkit.checking._remote import ForkServer
 
     from . import sandbox
+
+    if not job.sandboxed:
+        env = {k: v.replace(INSIDE, str(folder)) for k, v in sandbox.inside_env().items()}
+        return ForkServer(env={**env, "PATH": os.environ.get("PATH", env["PATH"])})
+    # The folder is read-only inside: the grader wrote every file in it before the server
+    # started, and writes nothing there afterwards (a link planted by one check cannot redirect
+    # the grader's next write). Home and caches live in the sandbox's own /tmp.
+    prefix = sandbox.command([], scratch=folder, course=Path(job.course_copy), limits=job.limits,
+                             env=sandbox.inside_env(home="/tmp"), writable=False)
+    return ForkServer(prefix, path_in_sandbox=lambda p: f"{INSIDE}/{Path(p).name}")
+
+
+def grade_exercises(job: Job, nb: dict[str, Any]) -> tuple[list[Verdict], dict[str, str]]:
+    """The checkers' verdict on each of ``job.exercises``, and the source each one graded."""
+    from course_lib.toolkit.checking import FileSource, get_exercise, run_check
+    from course_lib.toolkit.checking._engine import not_attempted
+
     from .extract import learner_module
 
     exercises = [get_exercise(i) for i in job.exercises]
-    grader = Path(job.workdir) / "grader"
-    checks = Path(job.workdir) / "checks"
-    grader.mkdir(parents=True, exist_ok=True)
-    checks.mkdir(parents=True, exist_ok=True)
     # One module per exercise: what one function needs cannot break another's grading.
     modules = {ex.id: learner_module(nb, {ex.function_name}) for ex in exercises}
-    for ex in exercises:
-        (grader / f"{ex.id}.py").write_text(modules[ex.id].source)
-    os.environ["TMPDIR"] = str(checks)
-    sandbox.install(writable=[checks], hidden=job.hidden, visible=[grader])
-    verdicts = []
+    verdicts: dict[str, Verdict] = {}
+    sources: dict[str, str] = {}
+    folder = Path(job.workdir) / "checks"
+    folder.mkdir(parents=True)
+    graded = []
     for ex in exercises:
         name, module = ex.function_name, modules[ex.id]
         if name in module.syntax_errors:
-            verdicts.append(Verdict(ex.id, "error", "syntax_error", module.syntax_errors[name]))
-            continue
-        if name not in module.defined:
-            verdicts.append(Verdict(ex.id, "not_attempted", "",
-                                    f"The notebook defines no function `{name}`."))
-            continue
-        started = time.perf_counter()
-        result = run_check(ex, FileSource(str(grader / f"{ex.id}.py"), name),
-                           timeout=job.call_timeout, seed=job.seed)
-        verdict = "passed" if result.passed else result.status
-        verdicts.append(Verdict(ex.id, verdict, result.mistake or "", result.message,
-                                round(time.perf_counter() - started, 3)))
-    return verdicts
+            verdicts[ex.id] = Verdict(ex.id, "error", "syntax_error", module.syntax_errors[name])
+        elif name not in module.defined:
+            verdicts[ex.id] = Verdict(ex.id, "not_attempted", "",
+                                      f"The notebook defines no function `{name}`.")
+        elif name in module.untouched:        # the starter as handed out: nothing to run
+            sources[ex.id] = module.source
+            verdicts[ex.id] = Verdict(ex.id, "not_attempted", "not_attempted",
+                                      not_attempted(ex).message)
+        else:
+            # Each exercise's module under its own name: what one function needs cannot break
+            # another's grading, and the server imports what they share once.
+            sources[ex.id] = module.source
+            (folder / f"{ex.id}.py").write_text(module.source, encoding="utf-8")
+            graded.append(ex)
+    if graded:
+        with _launcher(job, folder) as launcher:
+            for ex in graded:
+                started = time.perf_counter()
+                result = run_check(ex, FileSource(str(folder / f"{ex.id}.py"),
+                                                  ex.function_name),
+                                   timeout=job.call_timeout, seed=job.seed, launcher=launcher)
+                verdict = "passed" if result.passed else result.status
+                verdicts[ex.id] = Verdict(ex.id, verdict, result.mistake or "",
+                                          _capped(result.message),
+                                          round(time.perf_counter() - started, 3))
+    return [verdicts[ex.id] for ex in exercises], sources
+
+
+def _capped(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} more " \
+                                                          "characters not kept]"
 
 
 def grade_notebook(job: Job) -> NotebookResult:
-    """Both steps for one notebook (this process is fenced at the end of it)."""
+    """Both steps for one notebook."""
     try:
-        nb = json.loads(Path(job.notebook).read_text(encoding="utf-8"))
+        nb = json.loads(job.source)
         if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
             raise ValueError("not a notebook (no list of cells)")
     except Exception as e:
         return NotebookResult(job.learner, job.notebook, job.chapter, "unreadable",
-                              f"{type(e).__name__}: {e}",
+                              _capped(f"{type(e).__name__}: {e}", 300),
                               [Verdict(i, "not_attempted", "", "The notebook could not be read.")
                                for i in job.exercises])
     status, detail = run_notebook(job, nb)
-    return NotebookResult(job.learner, job.notebook, job.chapter, status, detail,
-                          grade_exercises(job, nb))
+    verdicts, sources = grade_exercises(job, nb)
+    return NotebookResult(job.learner, job.notebook, job.chapter, status, _capped(detail, 1000),
+                          verdicts, sources)
 
 
 def main() -> int:

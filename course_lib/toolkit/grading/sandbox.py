@@ -1,143 +1,294 @@
-"""The fence around a learner's code while it is graded: files, processes, signals, memory.
+"""The OS sandbox a learner's code runs in while it is graded (bubblewrap, Linux).
 
-:func:`install` adds a Python audit hook (PEP 578) to the current process; it cannot be removed,
-and it is inherited by forked children (the checkers' workers). From then on:
+Every program that runs learner code during grading (the notebook's kernel, each check's worker)
+starts as ``bwrap ... python ...`` (:func:`command`): new user, PID, network, IPC, UTS and
+cgroup namespaces (``--unshare-all``: no network at all), its own session (``--new-session``:
+no terminal to inject into), no capabilities, and it dies with the grader (``--die-with-parent``;
+when the namespace's first process dies the kernel kills every process in it, so nothing a
+notebook started outlives it). The file system it sees is built from nothing:
 
-* files are written, created, renamed, deleted or re-permissioned only under ``writable``
-  folders (the notebook's own scratch folder);
-* nothing under ``hidden`` is opened or listed (except under ``writable`` and ``visible``): the
-  other learners' submissions and grading folders, the grader's outputs and cache;
-* a forked child does not fork again (the checkers' workers are the grader's only children that
-  run learner code, and none outlives its check);
-* no new program is started (``subprocess``, ``os.system``, ``exec``, ``posix_spawn``), no signal
-  is sent to another process, and ``ctypes`` loads no library and reads no raw memory;
-* with ``memory``, the address space is capped (``RLIMIT_AS``): a runaway allocation fails with
-  ``MemoryError`` instead of taking the machine.
+* read-only: the system's programs and libraries (``/usr``, ``/lib*``, ``/bin``), the Python
+  installation and environment the grader runs in, and a *learner copy* of ``course_lib``
+  (:func:`learner_copy`: the package without any chapter's ``exercises.py``, which hold the
+  cases, oracles, mistakes and solutions), mounted where ``course_lib`` is;
+* writable: one private scratch folder of the job (``/grading``), a fresh ``/tmp`` (a ``tmpfs``
+  capped at the disk limit), and nothing else;
+* not there at all: the instructor's home and files, other submissions, the gradebook, the
+  cache, the grading seed and the course's solutions.
 
-A refusal raises ``PermissionError`` naming what was refused, so the learner's notebook shows why.
-What this cannot see: native code that opens files itself (a C extension's own I/O). The grader
-therefore never trusts a file a notebook could reach: it writes its outputs after the notebooks
-have run, and keeps each notebook's inputs in memory (see ``job.py``).
+Limits per notebook, not per process (:class:`TreeWatch`): the resident memory of the whole
+process tree and its number of processes, polled every 50 ms, end the sandbox when exceeded;
+each process also has an address-space cap and a file-size cap (``RLIMIT_AS``,
+``RLIMIT_FSIZE``), and the kernel's output and time are capped by ``job.py``. cgroups would
+enforce memory and process counts exactly; they are not used (version 1 and not delegated to
+users on the machines this was built on), so a burst of processes faster than one poll can exist
+for up to 50 ms before the sandbox is ended.
 """
 
 from __future__ import annotations
 
 import os
-import resource
+import shutil
+import signal
+import subprocess
 import sys
-from collections.abc import Iterable
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {            # event -> indices of the path arguments that must be writable
-    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1),
-    "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.symlink": (1,),
-    "os.link": (1,), "os.utime": (0,), "shutil.rmtree": (0,), "shutil.move": (0, 1),
-    "shutil.copyfile": (1,), "shutil.copytree": (1,), "os.setxattr": (0,),
-    "os.removexattr": (0,),
-}
-_LIST_EVENTS = ("os.listdir", "os.scandir", "glob.glob", "os.chdir")
-_REFUSED_EVENTS = {
-    "subprocess.Popen": "starting a program", "os.system": "starting a program",
-    "os.exec": "starting a program", "os.posix_spawn": "starting a program",
-    "os.spawn": "starting a program", "os.startfile": "starting a program",
-    "pty.spawn": "starting a program",
-    "os.kill": "sending a signal to another process",
-    "os.killpg": "sending a signal to another process",
-    "signal.pthread_kill": "sending a signal to a thread",
-    "ctypes.dlopen": "loading a native library", "ctypes.dlsym": "loading a native symbol",
-    "ctypes.cdata": "reading raw memory", "ctypes.cdata/buffer": "reading raw memory",
-    "ctypes.string_at": "reading raw memory", "ctypes.wstring_at": "reading raw memory",
-    "sys._getframe": None,       # allowed (None): listed so the table documents it
-}
+#: The Debian/Ubuntu (and Fedora, Arch) package that provides ``bwrap``.
+PACKAGE = "bubblewrap"
+#: Where the job's scratch folder appears inside the sandbox (the same path for every job, so
+#: nothing a notebook can read differs between two byte-identical notebooks).
+INSIDE = "/grading"
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
+        "/etc/group", "/etc/hosts", "/etc/mime.types")
 
 
-def _resolve(path: object) -> Path | None:
-    if isinstance(path, int):            # a file descriptor: already open, nothing new
-        return None
-    try:
-        text = os.fsdecode(path)         # str, bytes, os.PathLike
-    except TypeError:
-        return None
-    return Path(os.path.abspath(text))
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces on this machine."""
 
 
-def _under(path: Path, roots: tuple[Path, ...]) -> bool:
-    return any(path == r or r in path.parents for r in roots)
+@dataclass(frozen=True)
+class Limits:
+    """Per notebook: ``memory`` (bytes, the process tree's resident total), ``processes``,
+    ``disk`` (bytes written to ``/tmp`` and the scratch folder), ``output`` (bytes of cell
+    output kept)."""
+
+    memory: int = 4 * 1024 ** 3
+    processes: int = 32
+    disk: int = 256 * 1024 ** 2
+    output: int = 2 * 1024 ** 2
 
 
-class Fence:
-    """The rules one :func:`install` enforces (kept for tests and messages)."""
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
 
-    def __init__(self, writable: Iterable[str | Path], hidden: Iterable[str | Path],
-                 visible: Iterable[str | Path] = ()) -> None:
-        self.writable = tuple(Path(os.path.realpath(p)) for p in writable)
-        self.hidden = tuple(Path(os.path.realpath(p)) for p in hidden)
-        self.visible = self.writable + tuple(Path(os.path.realpath(p)) for p in visible)
-        self.owner = os.getpid()
 
-    def _real(self, path: Path) -> Path:
+_CHECKED: dict[str, str | None] = {}
+
+
+def unavailable_reason() -> str | None:
+    """``None`` if bubblewrap works here; else why not, naming the package to install."""
+    if "reason" in _CHECKED:
+        return _CHECKED["reason"]
+    bwrap = find_bwrap()
+    if bwrap is None:
+        reason = (f"grading runs each notebook in an OS sandbox, and `bwrap` is not installed: "
+                  f"install the `{PACKAGE}` package (Debian/Ubuntu: `sudo apt-get install "
+                  f"{PACKAGE}`), or pass --no-sandbox for notebooks you trust (yours).")
+    else:
+        probe = subprocess.run([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/",
+                                "/", "true"], capture_output=True, text=True, timeout=60)
+        reason = None if probe.returncode == 0 else (
+            f"`bwrap` cannot create a sandbox on this machine ({probe.stderr.strip()}): "
+            "unprivileged user namespaces may be disabled (sysctl "
+            "kernel.unprivileged_userns_clone / user.max_user_namespaces); see README "
+            "\"For instructors\" for the container recipe, or pass --no-sandbox for notebooks "
+            "you trust.")
+    _CHECKED["reason"] = reason
+    return reason
+
+
+def course_package() -> Path:
+    """The ``course_lib`` package directory this grader runs."""
+    return Path(__file__).resolve().parents[2]
+
+
+def learner_copy(dest: Path) -> Path:
+    """``dest/course_lib``: the package as learners' code may see it (no ``exercises.py``).
+
+    Every chapter keeps its helpers, plots and explorer (its notebook runs them); what grading
+    keeps out of reach are the exercises modules: the cases, oracles, declared mistakes and
+    reference solutions."""
+    target = dest / "course_lib"
+    shutil.copytree(course_package(), target, ignore=shutil.ignore_patterns(
+        "__pycache__", "*.pyc", "exercises.py", "results", "*.sqlite3"))
+    return target
+
+
+def _python_roots() -> list[str]:
+    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    roots.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    return sorted(roots)
+
+
+def command(argv: list[str], *, scratch: Path, course: Path, limits: Limits,
+            env: dict[str, str], extra_ro: list[tuple[str, str]] = (),
+            writable: bool = True) -> list[str]:
+    """``bwrap`` options, then ``argv``: run ``argv`` in the sandbox described above.
+
+    ``scratch``: the job's folder, mounted at :data:`INSIDE` (read-only unless ``writable``:
+    the checks' folder, whose files the grader writes before any learner code runs);
+    ``course``: the learner copy, mounted where this grader's ``course_lib`` is; ``env``: the
+    whole environment inside (nothing else is passed); ``extra_ro``: more ``(source,
+    destination)`` read-only mounts."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SandboxUnavailable(unavailable_reason() or "bwrap is missing")
+    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--uid", "65534", "--gid", "65534", "--hostname", "grading"]
+    for root in _SYSTEM:
+        if os.path.isdir(root):
+            cmd += ["--ro-bind", root, root]
+    for path in _ETC:
+        if os.path.exists(path):
+            cmd += ["--ro-bind", path, path]
+    for root in _python_roots():
+        cmd += ["--ro-bind", root, root]
+    cmd += ["--ro-bind", str(course), str(course_package())]
+    for src, dst in extra_ro:
+        cmd += ["--ro-bind", src, dst]
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.disk), "--tmpfs", "/tmp",
+            "--bind" if writable else "--ro-bind", str(scratch), INSIDE,
+            "--chdir", INSIDE, "--clearenv"]
+    for k, v in sorted(env.items()):
+        cmd += ["--setenv", k, v]
+    return cmd + ["--", *argv]
+
+
+def inside_env(extra: dict[str, str] | None = None, home: str = INSIDE) -> dict[str, str]:
+    """The environment of a sandboxed program: nothing of the grader's (no tokens, no paths).
+    ``home``: the writable folder that holds its home and caches (``/tmp`` for the checks)."""
+    env = {
+        "HOME": f"{home}/home", "TMPDIR": "/tmp", "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "agg", "MPLCONFIGDIR": f"{home}/mpl", "IPYTHONDIR": f"{home}/ipython",
+        "JUPYTER_CONFIG_DIR": f"{home}/jupyter", "JUPYTER_DATA_DIR": f"{home}/jupyter",
+        "TRITON_CACHE_DIR": f"{home}/triton", "TRITON_INTERPRET": "1",
+        "COURSE_LIB_PROGRESS": f"{home}/progress/progress.sqlite3",
+        "COURSE_LIB_GRADING": "1", "OMP_NUM_THREADS": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def prepare_scratch(scratch: Path) -> None:
+    for sub in ("home", "mpl", "ipython", "jupyter", "triton", "progress"):
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+
+
+def set_limits(memory: int, disk: int) -> None:
+    """Per-process caps, set inside the sandbox before learner code runs (address space: the
+    tree's cap; the largest file: the disk cap)."""
+    import resource
+
+    for which, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_FSIZE, disk),
+                         (resource.RLIMIT_CORE, 0)):
         try:
-            return Path(os.path.realpath(path))
-        except (OSError, ValueError):
-            return path
+            soft, hard = resource.getrlimit(which)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
 
-    def check_read(self, path: Path) -> None:
-        real = self._real(path)
-        if _under(real, self.visible):
-            return
-        if _under(path, self.hidden) or _under(real, self.hidden):
-            raise PermissionError(f"grading: reading {path} is not allowed (another learner's "
-                                  "work or the grader's own files)")
 
-    def check_write(self, path: Path) -> None:
-        self.check_read(path)
-        real = self._real(path)
-        if not _under(real, self.writable) and not _under(path, self.writable):
-            raise PermissionError(f"grading: writing {path} is not allowed; a notebook may "
-                                  "write only in its own folder")
+# --------------------------------------------------------------------------- per-tree limits
 
-    def __call__(self, event: str, args: tuple) -> None:
-        if event == "open":
-            path = _resolve(args[0]) if args else None
-            if path is None:
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    kids, found, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(kids.get(pid, ()))
+    return found
+
+
+def resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class TreeWatch:
+    """Ends a sandbox (SIGKILL to its process group) whose processes together hold more than
+    ``limits.memory`` resident bytes or number more than ``limits.processes``; ``reason`` then
+    says which. Use as a context manager around the sandbox's life."""
+
+    def __init__(self, root: int, limits: Limits, interval: float = 0.05) -> None:
+        self.root, self.limits, self.interval = root, limits, interval
+        self.reason: str | None = None
+        self.peak_memory = 0
+        self.peak_processes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            pids = tree(self.root)
+            memory = sum(resident_bytes(p) for p in pids)
+            self.peak_memory = max(self.peak_memory, memory)
+            self.peak_processes = max(self.peak_processes, len(pids))
+            if memory > self.limits.memory:
+                self.reason = (f"its processes held {memory / 1024 ** 3:.2f} GiB together "
+                               f"(limit {self.limits.memory / 1024 ** 3:g} GiB)")
+            elif len(pids) > self.limits.processes + 2:   # + bwrap and its namespace's init
+                self.reason = (f"it ran {len(pids) - 2} processes at once "
+                               f"(limit {self.limits.processes})")
+            if self.reason:
+                kill_tree(self.root)
                 return
-            mode = args[1] if len(args) > 1 else None
-            flags = args[2] if len(args) > 2 else 0
-            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) \
-                or bool((flags or 0) & _WRITE_FLAGS)
-            (self.check_write if writes else self.check_read)(path)
-        elif event in _PATH_EVENTS:
-            for i in _PATH_EVENTS[event]:
-                if i < len(args) and (path := _resolve(args[i])) is not None:
-                    self.check_write(path)
-        elif event in _LIST_EVENTS:
-            if args and (path := _resolve(args[0] if args[0] is not None else ".")):
-                self.check_read(path)
-        elif event in ("os.kill", "os.killpg") and args and args[0] == os.getpid():
-            return                          # a process may signal itself (KeyboardInterrupt)
-        elif event in ("os.fork", "os.forkpty") and os.getpid() != self.owner:
-            raise PermissionError("grading: a forked process may not fork again")
-        elif _REFUSED_EVENTS.get(event):
-            raise PermissionError(f"grading: {_REFUSED_EVENTS[event]} is not allowed "
-                                  f"({event})")
 
 
-def cap_memory(limit_bytes: int | None) -> None:
-    """Cap this process's address space (and its children's) at ``limit_bytes``."""
-    if limit_bytes:
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        new = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (new, new))
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root``'s process group (bwrap started in a session of its own) and every
+    process still below it (the sandbox's PID namespace dies with its first process)."""
+    pids = tree(root)
+    try:
+        os.killpg(root, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid in reversed(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
-def install(writable: Iterable[str | Path], hidden: Iterable[str | Path],
-            memory: int | None = None, visible: Iterable[str | Path] = ()) -> Fence:
-    """Fence this process in for good (see the module docstring); returns the rules.
-
-    ``visible``: folders under a ``hidden`` one that stay readable (the job's own folder).
-    """
-    fence = Fence(writable, hidden, visible)
-    cap_memory(memory)
-    sys.addaudithook(fence)
-    return fence
+def wait_gone(pids: list[int], limit: float = 5.0) -> bool:
+    """Whether every pid in ``pids`` is gone within ``limit`` seconds (zombies count as gone)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    state = f.read().decode("ascii", "replace")
+                if state[state.rindex(")") + 2] != "Z":
+                    alive.append(pid)
+            except (OSError, ValueError, IndexError):
+                pass
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False

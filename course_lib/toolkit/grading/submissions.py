@@ -1,70 +1,131 @@
 """Who handed in what: learners and their notebooks, from the paths an instructor passes.
 
 A path is a learner's notebook (``alice.ipynb``: learner ``alice``) or a learner's folder of
-notebooks (``bob/03_softmax.ipynb``, ...: learner ``bob``). A notebook's metadata
-``course_lib.learner`` (a string), if present, names the learner instead. Which chapter a notebook
-is comes from the workbook's own metadata (``course_lib.workbook.chapter``), else from a file name
-``NN_name.ipynb``, else from the exercise ids its check calls name.
+notebooks (``bob/03_softmax.ipynb``, ...: learner ``bob``). Identity comes from the instructor's
+side only (the file or folder name, checked against the roster when there is one), never from
+anything inside a notebook. Each notebook is read here, once, by the grader (:func:`read_safely`):
+a symbolic link, a FIFO or another non-file, an unreadable or oversized file, or an odd name
+becomes a :class:`Submission` with a ``problem``, which is that row's reason, and grading goes on.
+Which chapter a notebook is comes from the workbook's own metadata (``course_lib.workbook.
+chapter``), else from a file name ``NN_name.ipynb``, else from the exercise ids its check calls
+name; an assignment then decides whether that chapter is graded at all.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
+import stat
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _CHAPTER_NAME = re.compile(r"^\d\d_\w+$")
 _CHECK_CALL = re.compile(r"""check\(\s*["']([\w-]+)["']""")
+#: A notebook larger than this is not read (a workbook with its outputs is well under 10 MiB).
+MAX_NOTEBOOK_BYTES = 50 * 1024 ** 2
 
 
 class SubmissionError(ValueError):
-    """Paths that name no notebook, or two submissions claiming one learner."""
+    """Paths that name no notebook and no folder."""
 
 
 @dataclass(frozen=True)
 class Submission:
     learner: str
     notebook: Path
+    data: bytes | None = None          # the notebook's bytes, as read by the grader
+    problem: str | None = None         # why it is not graded (this row's reason)
 
 
-def _metadata_learner(path: Path) -> str | None:
+def learner_id(name: str) -> str:
+    """A file or folder name as a learner id: Unicode NFC, no undecodable bytes (shown as
+    U+FFFD), no control characters, surrounding spaces removed."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(c if unicodedata.category(c)[0] != "C" else "\ufffd" for c in text)
+    return text.strip() or "\ufffd"
+
+
+def read_safely(path: Path) -> tuple[bytes | None, str | None]:
+    """``(bytes, None)``, or ``(None, reason)`` for what is not a plain, readable notebook file.
+    Never follows a symbolic link and never blocks on a FIFO or a device."""
     try:
-        meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-        name = meta.get("course_lib", {}).get("learner")
-    except Exception:
-        return None
-    return name.strip() if isinstance(name, str) and name.strip() else None
+        info = os.lstat(path)
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return None, "is a symbolic link, not a file: not graded"
+    if not stat.S_ISREG(info.st_mode):
+        return None, "is not a regular file (a FIFO, device or socket): not graded"
+    if info.st_size > MAX_NOTEBOOK_BYTES:
+        return None, (f"is {info.st_size / 1024 ** 2:.0f} MiB, over the "
+                      f"{MAX_NOTEBOOK_BYTES / 1024 ** 2:.0f} MiB a notebook may have")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror})"
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != \
+                (info.st_dev, info.st_ino):
+            return None, "changed while it was being read: not graded"
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > MAX_NOTEBOOK_BYTES:
+                return None, "grew over the size a notebook may have while it was read"
+            chunks.append(chunk)
+        return b"".join(chunks), None
+    except OSError as e:
+        return None, f"cannot be read ({e.strerror})"
+    finally:
+        os.close(fd)
+
+
+def _notebooks_in(folder: Path) -> list[Path]:
+    """Every ``*.ipynb`` below ``folder``, not following symbolic links to folders."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+        found += [Path(root) / f for f in sorted(files) if f.endswith(".ipynb")]
+    return found
 
 
 def discover(paths: list[str | Path]) -> list[Submission]:
     """One :class:`Submission` per notebook, sorted by learner then file name."""
     found: list[Submission] = []
-    owner: dict[str, Path] = {}
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            notebooks = sorted(p for p in path.rglob("*.ipynb")
-                               if ".ipynb_checkpoints" not in p.parts)
-            default = path.resolve().name
-        elif path.suffix == ".ipynb" and path.is_file():
-            notebooks, default = [path], path.stem
+        if path.is_symlink():
+            found.append(Submission(learner_id(path.stem if path.suffix == ".ipynb"
+                                               else path.name), path,
+                                    problem="is a symbolic link, not a file: not graded"))
+        elif path.is_dir():
+            learner = learner_id(path.resolve().name)
+            notebooks = _notebooks_in(path)
+            if not notebooks:
+                found.append(Submission(learner, path, problem="has no notebook (.ipynb)"))
+            for nb in notebooks:
+                data, problem = read_safely(nb)
+                found.append(Submission(learner, nb, data, problem))
+        elif path.suffix == ".ipynb" and os.path.lexists(path):
+            data, problem = read_safely(path)
+            found.append(Submission(learner_id(path.stem), path, data, problem))
         else:
-            raise SubmissionError(f"{raw}: not a notebook (.ipynb) or a folder of notebooks")
-        for nb in notebooks:
-            learner = _metadata_learner(nb) or default
-            if learner in owner and owner[learner] != path:
-                raise SubmissionError(f"learner {learner!r} has two submissions: "
-                                      f"{owner[learner]} and {path}")
-            owner[learner] = path
-            found.append(Submission(learner, nb))
-    return sorted(found, key=lambda s: (s.learner, s.notebook.name))
+            raise SubmissionError(f"{os.fsdecode(raw)!r}: not a notebook (.ipynb) or a folder "
+                                  "of notebooks")
+    return sorted(found, key=lambda s: (s.learner, os.fsencode(s.notebook.name)))
 
 
 def chapter_of(nb: dict[str, Any], path: Path, chapter_of_exercise: dict[str, str]) -> str | None:
     """The chapter (``"03_softmax"``) a notebook belongs to, or ``None`` if nothing says."""
-    meta = nb.get("metadata", {}).get("course_lib", {}).get("workbook", {})
+    meta = nb.get("metadata", {})
+    meta = meta.get("course_lib", {}) if isinstance(meta, dict) else {}
+    meta = meta.get("workbook", {}) if isinstance(meta, dict) else {}
     chapters = set(chapter_of_exercise.values())
     if isinstance(meta, dict) and meta.get("chapter") in chapters:
         return meta["chapter"]
@@ -72,8 +133,10 @@ def chapter_of(nb: dict[str, Any], path: Path, chapter_of_exercise: dict[str, st
         return path.stem
     named = []
     for cell in nb.get("cells", []):
+        if not isinstance(cell, dict):
+            continue
         src = cell.get("source", "")
-        text = "".join(src) if isinstance(src, list) else str(src)
+        text = "".join(map(str, src)) if isinstance(src, list) else str(src)
         named += [chapter_of_exercise[i] for i in _CHECK_CALL.findall(text)
                   if i in chapter_of_exercise]
-    return max(set(named), key=named.count) if named else None
+    return max(sorted(set(named)), key=named.count) if named else None
