@@ -35,25 +35,40 @@ as rows over that head, so K and V are never copied per query head (no ``repeat_
 Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` → ``(..., L, Ev)``;
 same semantics as :func:`torch.nn.functional.scaled_dot_product_attention`, including
 ``torch.nn.attention.bias`` causal masks (both alignments, computed tile by tile) and empty
-dimensions; ``attn_mask`` with ``is_causal=True`` raises ``ValueError`` (torch's documented
-contract; torch 2.13's default CPU kernel silently applies both).
+dimensions; ``attn_mask`` with ``is_causal=True`` is refused as torch's math kernel refuses it
+(torch 2.13's default CPU kernel silently applies both).
 
-Dropout: each tile ``(i, j)`` draws its keep-mask from its own generator, seeded from one base
-seed (drawn from torch's default CPU generator, so ``torch.manual_seed`` makes a call
-reproducible) and the tile's index; the backward pass regenerates the same masks. The masks
-therefore differ from the ones ``torch.nn.functional.dropout`` would draw from the global RNG
-stream, and depend on the block size, though each weight is still kept with probability
-``1 - p`` and scaled by ``1 / (1 - p)``.
+Dropout: exactly torch's math backend. ``at::dropout`` draws a keep-mask over the whole
+``(..., L, S)`` weight tensor, one generator number per weight in row-major order
+(``bernoulli_(1 - p)`` on the CPU). :func:`_plan` records the generator's state where each query
+head's ``(L, S)`` stretch of that stream begins (advancing the generator past it, as torch's
+draw does); each query-row block then draws its ``(B_q, S)`` rows of every head from those
+states, and the backward pass replays the same blocks. Same generator state, same mask, same
+result as torch's math kernel, with ``O(B_q·S)`` memory per head instead of ``O(L·S)``
+(on the CPU; on other devices the masks are as consistent, but torch's fused dropout draws them
+differently).
+
+torch.func: :class:`FlashAttentionFunction` has the ``setup_context`` form, a generated vmap rule
+(every op in the forward and backward batches), a ``jvp`` (forward mode, one more tiled pass) and
+a backward written in differentiable ops, so ``vmap``, ``grad``, ``jacrev``, ``jacfwd``,
+``hessian`` and double backward work, as they do for torch's math kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ._validate import causal_alignment, check_sdpa_args, compute_dtype, query_groups
+from ._validate import (
+    causal_alignment,
+    check_sdpa_args,
+    compute_dtype,
+    query_groups,
+    uneven_gqa,
+)
 
 #: default (query rows, key rows) per tile: few, large tiles keep Python's per-op cost small;
 #: long key blocks make the rescale of O (once per key block) rare. A float32 tile of scores is
@@ -86,7 +101,8 @@ def _tile(mask: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> torch.Tenso
 
 @dataclass(frozen=True)
 class _Plan:
-    """Everything about one call that is not a tensor: sizes, scale, causal diagonal, tiles.
+    """Everything about one call that is not a tensor's values: sizes, scale, causal diagonal,
+    tiles, and where each query head's dropout stream starts.
 
     Scores live as ``(N, G·B_q, B_k)`` tiles: ``N = prod(kv_batch)`` key/value heads, each
     shared by ``G`` query heads whose rows are stacked (``G = 1`` without GQA).
@@ -104,10 +120,11 @@ class _Plan:
     d: int                      # key j visible to query i iff j <= i + d (causal)
     bq: int
     bk: int
-    dropout_p: float
-    seed: int
+    dropout_p: float            # 0 when torch would not drop (p <= 0, NaN, or no weights)
     dtype: torch.dtype
     work: torch.dtype
+    device: torch.device
+    rng_states: tuple[torch.Tensor, ...] = ()  # per query head h = n·G + g (dropout only)
 
     @property
     def N(self) -> int:
@@ -121,9 +138,37 @@ class _Plan:
         return self.causal and j0 > i1 - 1 + self.d
 
 
+def _default_generator(device: torch.device) -> torch.Generator:
+    """The generator torch's dropout draws from on ``device``."""
+    if device.type == "cpu":
+        return torch.default_generator
+    module = getattr(torch, device.type)
+    return module.default_generators[device.index if device.index is not None
+                                     else module.current_device()]
+
+
+def _dropout_states(heads: int, L: int, S: int, p: float, device, bq: int
+                    ) -> tuple[torch.Tensor, ...]:
+    """The generator's state at the start of each query head's ``L·S`` stretch of torch's
+    dropout stream; leaves the generator where torch's one ``(heads, L, S)`` draw leaves it.
+    Skips a stretch ``B_q·S`` numbers at a time (the size of one block's draw)."""
+    gen = _default_generator(device)
+    states = []
+    for _ in range(heads):
+        states.append(gen.get_state())
+        left = L * S
+        while left > 0:                 # one number per weight: draw this head's and drop them
+            n = min(left, bq * S)
+            torch.empty(n, dtype=torch.bool, device=device).bernoulli_(1 - p, generator=gen)
+            left -= n
+    return tuple(states)
+
+
 def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_size):
-    """Validate, resolve causal alignment and sizes; returns ``(plan, attn_mask or None)``."""
+    """Validate, resolve causal alignment and sizes; returns ``(plan, attn_mask or None, key,
+    value)`` (key and value repeated to the query heads only for GQA with Hk != Hv)."""
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    key, value, enable_gqa = uneven_gqa(query, key, value, enable_gqa)
     attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
     bq, bk = _block_sizes(block_size, align is not None)
     L, S, E, Ev = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
@@ -139,11 +184,80 @@ def _plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
         s = 1.0  # QKᵀ is an empty sum, all zeros, for any scale (torch: uniform weights, no NaN)
     else:
         s = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
+    heads = math.prod(batch)
+    # torch's at::dropout draws nothing for p <= 0 (or NaN), for p = 1 (it multiplies by 0),
+    # and for an empty weight tensor
+    p = float(dropout_p) if dropout_p > 0 and heads * L * S > 0 else 0.0
+    states = _dropout_states(heads, L, S, p, query.device, bq) if 0 < p < 1 else ()
     plan = _Plan(tuple(batch), tuple(kv_batch), groups, L, S, E, Ev, s, align is not None,
-                 S - L if align == "bottom_right" else 0, bq, bk, float(dropout_p), seed,
-                 query.dtype, compute_dtype(query.dtype))
-    return plan, attn_mask
+                 S - L if align == "bottom_right" else 0, bq, bk, p, query.dtype,
+                 compute_dtype(query.dtype), query.device, states)
+    return plan, attn_mask, key, value
+
+
+@contextlib.contextmanager
+def _outside_functorch():
+    """A context in which vmap (torch.func's, or autograd's batched gradients) neither batches
+    nor checks randomness: the dropout mask is a replay, the same for every batch element."""
+    with contextlib.ExitStack() as stack:
+        if hasattr(torch._C, "_DisableFuncTorch"):
+            stack.enter_context(torch._C._DisableFuncTorch())
+        stack.enter_context(_outside_legacy_vmap())
+        yield
+
+
+@contextlib.contextmanager
+def _outside_legacy_vmap():
+    """Leave the vmap of ``torch.autograd.grad(..., is_grads_batched=True)`` (gradcheck's
+    batched gradients): its ``VmapMode`` nesting is thread-local, set back on exit."""
+    inc = getattr(torch._C, "_vmapmode_increment_nesting", None)
+    dec = getattr(torch._C, "_vmapmode_decrement_nesting", None)
+    if inc is None or dec is None:
+        yield
+        return
+    depth = inc() - 1                                    # the level we are at
+    dec()
+    for _ in range(depth):
+        dec()
+    try:
+        yield
+    finally:
+        for _ in range(depth):
+            inc()
+
+
+class _Dropout:
+    """Dropout factors, 0 or ``1/(1-p)``, of the weights ``(N, G·B_q, S)`` of one query-row
+    block: each query head's rows drawn from its own stretch of torch's stream, in order."""
+
+    def __init__(self, plan: _Plan):
+        self.plan = plan
+        self.gens = []
+        for state in plan.rng_states:
+            gen = torch.Generator(device=plan.device)
+            gen.set_state(state)
+            self.gens.append(gen)
+
+    def rows(self, i0: int, i1: int) -> torch.Tensor | None:
+        """The keep-mask (bool) of rows ``i0:i1`` of every head, as ``(N, G·(i1-i0), S)``; the
+        generators move on to the next block. ``None`` for p = 1 (every weight dropped)."""
+        plan = self.plan
+        if not self.gens:
+            return None
+        # a replay of numbers drawn in _plan, not a fresh random draw: a plain tensor even when
+        # vmap runs this (gradcheck's batched gradients vmap the backward)
+        with _outside_functorch():
+            keep = torch.empty((len(self.gens), i1 - i0, plan.S), dtype=torch.bool,
+                               device=plan.device)
+            for h, gen in enumerate(self.gens):
+                keep[h].bernoulli_(1 - plan.dropout_p, generator=gen)
+        return keep.view(plan.N, plan.groups * (i1 - i0), plan.S)
+
+    def factors(self, keep: torch.Tensor | None, j0: int, j1: int, like: torch.Tensor):
+        """The tile's factors ``keep / (1 - p)`` in ``like``'s dtype (all 0 for p = 1)."""
+        if keep is None:
+            return torch.zeros((), dtype=like.dtype, device=like.device)
+        return keep[:, :, j0:j1].to(like.dtype) * (1.0 / (1.0 - self.plan.dropout_p))
 
 
 def _operands(plan: _Plan, query, key, value):
@@ -159,7 +273,7 @@ def _operands(plan: _Plan, query, key, value):
 
 def _grouped_mask(mask: torch.Tensor, plan: _Plan) -> torch.Tensor:
     """A mask broadcastable to ``(*batch, L, S)`` viewed as ``(*kv_batch, G, L, S)``-broadcastable
-    (a view: same storage, so gradients written into it land in the mask's own shape)."""
+    (a view, so its gradient, computed in this shape, reshapes back to the mask's)."""
     full = len(plan.batch) + 2
     mask = mask.reshape((1,) * (full - mask.dim()) + tuple(mask.shape))
     if plan.groups > 1 and mask.shape[-3] > 1:
@@ -167,65 +281,72 @@ def _grouped_mask(mask: torch.Tensor, plan: _Plan) -> torch.Tensor:
     return mask.unsqueeze(-3)
 
 
+def _mask_operand(attn_mask, plan: _Plan):
+    if attn_mask is None:
+        return None
+    return _grouped_mask(attn_mask if attn_mask.dtype == torch.bool
+                         else attn_mask.to(plan.work), plan)
+
+
+def _grid(plan: _Plan, t: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+    """A tile ``(N, G·B_q, B_k)`` seen as ``(*kv_batch, G, B_q, B_k)``, the masks' layout."""
+    return t.reshape(*plan.kv_batch, plan.groups, i1 - i0, j1 - j0)
+
+
 def _scores(plan: _Plan, q_i, kT, mask, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
     """The tile ``S_ij = s·Q_i K_jᵀ + M_ij`` as ``(N, G·B_q, B_k)`` (masked entries ``-inf``)."""
     S_ij = torch.bmm(q_i, kT[:, :, j0:j1])
-    grid = S_ij.view(*plan.kv_batch, plan.groups, i1 - i0, j1 - j0)
     if plan.causal and j1 - 1 > i0 + plan.d:           # tile crosses the diagonal
         rows = torch.arange(i0, i1, device=S_ij.device)[:, None]
         cols = torch.arange(j0, j1, device=S_ij.device)
-        grid.masked_fill_(cols > rows + plan.d, _NEG_INF)
+        grid = _grid(plan, S_ij, i0, i1, j0, j1).masked_fill(cols > rows + plan.d, _NEG_INF)
     elif mask is not None:
         tile = _tile(mask, i0, i1, j0, j1)             # broadcasts over the batch dims
-        if tile.dtype == torch.bool:
-            grid.masked_fill_(tile.logical_not(), _NEG_INF)
-        else:
-            grid.add_(tile)
-    return S_ij
-
-
-def _dropout_scale(plan: _Plan, ti: int, tj: int, like: torch.Tensor) -> torch.Tensor:
-    """Tile ``(ti, tj)``'s dropout factors: 0 (dropped, probability p) or ``1/(1-p)``, drawn from
-    a generator seeded by the call's base seed and the tile index (regenerated in backward)."""
-    gen = torch.Generator(device=like.device)
-    gen.manual_seed((plan.seed + 0x9E3779B97F4A7C15 * (ti * (1 << 20) + tj + 1)) % (1 << 63))
-    keep = torch.rand(like.shape, generator=gen, device=like.device, dtype=like.dtype)
-    keep = keep >= plan.dropout_p
-    return keep.to(like.dtype) * (0.0 if plan.dropout_p == 1.0 else 1.0 / (1.0 - plan.dropout_p))
+        grid = _grid(plan, S_ij, i0, i1, j0, j1)
+        grid = grid.masked_fill(tile.logical_not(), _NEG_INF) if tile.dtype == torch.bool \
+            else grid + tile
+    else:
+        return S_ij
+    return grid.reshape(S_ij.shape)
 
 
 def _forward_tiles(plan: _Plan, q, kT, v, mask) -> tuple[torch.Tensor, torch.Tensor]:
     """Online softmax over the tiles: ``O`` as ``(N, G, L, Ev)`` and ``lse`` as ``(N, G, L, 1)``
-    (``-inf`` for a row that sees no key). Differentiable by autograd, which then keeps every
-    tile's P: the contrast path."""
+    (``-inf`` for a row that sees no key). Out-of-place updates, so that autograd (the contrast
+    path, double backward) and vmap follow every step; (*) the one in-place step, ``S - m``
+    then ``exp``, writes into the fresh tile S, which no gradient needs and which vmap batches
+    whenever ``m`` is batched (m comes from S): a tile less at the peak."""
     N, G = plan.N, plan.groups
-    out = q.new_empty((N, G, plan.L, plan.Ev))
-    lse = q.new_empty((N, G, plan.L, 1))
+    drop = _Dropout(plan) if plan.dropout_p > 0 else None
     may_be_dead = mask is not None or plan.d < 0       # a row may have seen no key yet
-    for ti, i0, i1 in plan.blocks(plan.L, plan.bq):
+    outs, lses = [], []
+    for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
         q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)   # the G heads' rows stacked
+        keep = drop.rows(i0, i1) if drop is not None else None
         m = q.new_full((N, rows, 1), _NEG_INF)          # m: running row max of the scores
         ell = q.new_zeros((N, rows, 1))                  # ℓ: running sum of e^{S - m}
         O = q.new_zeros((N, rows, plan.Ev))              # O: running sum of e^{S - m} V
-        for tj, j0, j1 in plan.blocks(plan.S, plan.bk):
+        for _, j0, j1 in plan.blocks(plan.S, plan.bk):
             if plan.past_diagonal(i1, j0):
                 break                                    # every later key is in the future
             S_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1)
             # m only stabilizes exp (the result does not depend on it): no gradient through it
             m_new = torch.maximum(m, S_ij.detach().amax(dim=-1, keepdim=True))
             m_sub = m_new.masked_fill(m_new == _NEG_INF, 0.0) if may_be_dead else m_new
-            P_ij = S_ij.sub_(m_sub).exp_()               # e^{S - m_new}, in place
+            P_ij = S_ij.sub_(m_sub).exp_()               # e^{S - m_new}, in place (*)
             alpha = torch.exp(m - m_sub)                 # e^{m - m_new} rescales old ℓ and O
             ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)  # ℓ keeps the undropped sum
-            if plan.dropout_p > 0:
-                P_ij = P_ij * _dropout_scale(plan, ti, tj, P_ij)
-            O = O.mul_(alpha).baddbmm_(P_ij, v[:, j0:j1])  # O <- e^{m - m_new} O + P V
+            if drop is not None:
+                P_ij = P_ij * drop.factors(keep, j0, j1, P_ij)
+            O = torch.baddbmm(O * alpha, P_ij, v[:, j0:j1])  # O <- e^{m - m_new} O + P V
             m = m_new
             del S_ij, P_ij                               # free this tile before the next
-        out[:, :, i0:i1] = (O / ell.masked_fill(ell == 0, 1.0)).view(N, G, i1 - i0, plan.Ev)
-        lse[:, :, i0:i1] = (m + ell.detach().log()).view(N, G, i1 - i0, 1)  # dead row: -inf
-    return out, lse
+        outs.append((O / ell.masked_fill(ell == 0, 1.0)).reshape(N, G, i1 - i0, plan.Ev))
+        lses.append((m + ell.detach().log()).reshape(N, G, i1 - i0, 1))  # dead row: -inf
+    if not outs:                                         # L = 0
+        return q.new_zeros((N, G, 0, plan.Ev)), q.new_zeros((N, G, 0, 1))
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
 
 
 def _sum_to(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -234,92 +355,198 @@ def _sum_to(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return t.sum(dim=dims, keepdim=True) if dims else t
 
 
-def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dmask):
-    """dQ (unscaled by s), dK, dV tile by tile from the recomputed ``P = e^{S - lse}``;
-    ``dmask`` (a grouped view, or None) accumulates ``dS`` for a float mask."""
+def _add(acc: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
+    return t if acc is None else acc + t
+
+
+def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmask: bool):
+    """dQ (unscaled by s), dK, dV tile by tile from the recomputed ``P = e^{S - lse}``, and, when
+    ``need_dmask``, a float mask's gradient ``dS`` in the grouped mask's shape. ``dlse`` is the
+    gradient reaching the log-sum-exp (double backward): ``dS += P ∘ dlse``. Out-of-place ops
+    only: the backward is itself differentiable and batches under vmap."""
     N, G = plan.N, plan.groups
-    dq = q.new_zeros(q.shape)
-    dk, dv = q.new_zeros((N, plan.S, plan.E)), q.new_zeros((N, plan.S, plan.Ev))
+    drop = _Dropout(plan) if plan.dropout_p > 0 else None
     lse = lse.masked_fill(lse == _NEG_INF, float("inf"))  # a dead row: P = e^{-inf} = 0
-    D = (dout * out).sum(dim=-1, keepdim=True)            # D = rowsum(dO ∘ O) = rowsum(P ∘ dP)
-    for ti, i0, i1 in plan.blocks(plan.L, plan.bq):
+    D = (dout * out).sum(dim=-1, keepdim=True) - dlse     # rowsum(dO ∘ O) = rowsum(P ∘ dP)
+    dq_blocks: list[torch.Tensor] = []
+    dk_blocks: list[torch.Tensor | None] = [None] * len(plan.blocks(plan.S, plan.bk))
+    dv_blocks: list[torch.Tensor | None] = list(dk_blocks)
+    dmask = None
+    m_rows, m_cols = (mask.shape[-2] > 1, mask.shape[-1] > 1) if need_dmask else (True, True)
+    for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
         q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)
         do_i = dout[:, :, i0:i1].reshape(N, rows, plan.Ev)
         lse_i = lse[:, :, i0:i1].reshape(N, rows, 1)
         D_i = D[:, :, i0:i1].reshape(N, rows, 1)
+        keep = drop.rows(i0, i1) if drop is not None else None
         dq_i = q.new_zeros((N, rows, plan.E))
+        dmask_row = []                                   # this row block's mask gradient
         for tj, j0, j1 in plan.blocks(plan.S, plan.bk):
             if plan.past_diagonal(i1, j0):
-                break
+                break                                    # (never with a float mask)
             P_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1).sub_(lse_i).exp_()  # recomputed
             dP_ij = torch.bmm(do_i, v[:, j0:j1].transpose(1, 2))                  # dO_i V_jᵀ
-            if plan.dropout_p > 0:
-                keep = _dropout_scale(plan, ti, tj, P_ij)                         # same mask
-                dv[:, j0:j1].baddbmm_((P_ij * keep).transpose(1, 2), do_i)
-                dP_ij.mul_(keep)
+            if drop is not None:
+                factors = drop.factors(keep, j0, j1, P_ij)                        # same mask
+                dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm((P_ij * factors).transpose(1, 2),
+                                                              do_i))
+                dP_ij = dP_ij * factors
             else:
-                dv[:, j0:j1].baddbmm_(P_ij.transpose(1, 2), do_i)                 # Pᵀ dO
-            dS_ij = P_ij.mul_(dP_ij.sub_(D_i))                                    # P ∘ (dP − D)
-            dq_i.baddbmm_(dS_ij, kT[:, :, j0:j1].transpose(1, 2))                 # dS K
-            dk[:, j0:j1].baddbmm_(dS_ij.transpose(1, 2), q_i)                     # dSᵀ (sQ)
-            if dmask is not None:
-                tile = _tile(dmask, i0, i1, j0, j1)
-                grid = dS_ij.view(*plan.kv_batch, G, i1 - i0, j1 - j0)
-                tile.add_(_sum_to(grid, tile.shape))
+                dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm(P_ij.transpose(1, 2), do_i))
+            dS_ij = P_ij * (dP_ij - D_i)                                          # P ∘ (dP − D)
+            dq_i = torch.baddbmm(dq_i, dS_ij, kT[:, :, j0:j1].transpose(1, 2))    # dS K
+            dk_blocks[tj] = _add(dk_blocks[tj], torch.bmm(dS_ij.transpose(1, 2), q_i))  # dSᵀ sQ
+            if need_dmask:
+                tile_shape = _tile(mask, i0, i1, j0, j1).shape
+                part = _sum_to(_grid(plan, dS_ij, i0, i1, j0, j1), tile_shape)
+                if m_cols or not dmask_row:
+                    dmask_row.append(part)
+                else:
+                    dmask_row[0] = dmask_row[0] + part   # a mask of one column: sum the tiles
             del P_ij, dP_ij, dS_ij
-        dq[:, :, i0:i1] = dq_i.view(N, G, i1 - i0, plan.E)
-    return dq, dk, dv
+        dq_blocks.append(dq_i.reshape(N, G, i1 - i0, plan.E))
+        if need_dmask and dmask_row:
+            row = torch.cat(dmask_row, dim=-1) if m_cols else dmask_row[0]
+            dmask = row if dmask is None else (torch.cat([dmask, row], dim=-2) if m_rows
+                                               else dmask + row)
+    dq = torch.cat(dq_blocks, dim=2) if dq_blocks else q.new_zeros(q.shape)
+    dk = torch.cat([b if b is not None else q.new_zeros((N, j1 - j0, plan.E))
+                    for b, (_, j0, j1) in zip(dk_blocks, plan.blocks(plan.S, plan.bk),
+                                              strict=True)], dim=1) \
+        if dk_blocks else q.new_zeros((N, 0, plan.E))
+    dv = torch.cat([b if b is not None else q.new_zeros((N, j1 - j0, plan.Ev))
+                    for b, (_, j0, j1) in zip(dv_blocks, plan.blocks(plan.S, plan.bk),
+                                              strict=True)], dim=1) \
+        if dv_blocks else q.new_zeros((N, 0, plan.Ev))
+    if need_dmask and dmask is None:                     # L = 0 or S = 0: no tile ran
+        dmask = mask.new_zeros(mask.shape)
+    return dq, dk, dv, dmask
+
+
+def _jvp_tiles(plan: _Plan, q, kT, v, mask, out, lse, tq, tkT, tv, tmask):
+    """Forward mode: the tangent of O from tangents of s·Q, Kᵀ, V and a float mask (any may be
+    None), in one tiled pass over the recomputed ``P = e^{S - lse}``:
+    ``dS = dq Kᵀ + q dKᵀ + dM``, ``c = rowsum(P ∘ dS)`` (= dlse),
+    ``dO = Σ_j (P ∘ Δ ∘ dS) V_j + (P ∘ Δ) dV_j − c O`` with Δ the dropout factors."""
+    N, G = plan.N, plan.groups
+    drop = _Dropout(plan) if plan.dropout_p > 0 else None
+    lse = lse.masked_fill(lse == _NEG_INF, float("inf"))
+    douts, dlses = [], []
+    for _, i0, i1 in plan.blocks(plan.L, plan.bq):
+        rows = G * (i1 - i0)
+        q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)
+        tq_i = tq[:, :, i0:i1].reshape(N, rows, plan.E) if tq is not None else None
+        lse_i = lse[:, :, i0:i1].reshape(N, rows, 1)
+        keep = drop.rows(i0, i1) if drop is not None else None
+        X = q.new_zeros((N, rows, plan.Ev))
+        c = q.new_zeros((N, rows, 1))
+        for _, j0, j1 in plan.blocks(plan.S, plan.bk):
+            if plan.past_diagonal(i1, j0):
+                break
+            P_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1).sub_(lse_i).exp_()
+            dS_ij = P_ij.new_zeros(P_ij.shape)
+            if tq_i is not None:
+                dS_ij = dS_ij + torch.bmm(tq_i, kT[:, :, j0:j1])
+            if tkT is not None:
+                dS_ij = dS_ij + torch.bmm(q_i, tkT[:, :, j0:j1])
+            if tmask is not None:                        # the mask tile, broadcast like M
+                grid = _grid(plan, dS_ij, i0, i1, j0, j1)
+                dS_ij = (grid + _tile(tmask, i0, i1, j0, j1)).reshape(P_ij.shape)
+            PdS = P_ij * dS_ij                           # masked: P = 0, dS finite
+            c = c + PdS.sum(dim=-1, keepdim=True)
+            PD = P_ij
+            if drop is not None:
+                factors = drop.factors(keep, j0, j1, P_ij)
+                PdS, PD = PdS * factors, P_ij * factors
+            X = torch.baddbmm(X, PdS, v[:, j0:j1])
+            if tv is not None:
+                X = torch.baddbmm(X, PD, tv[:, j0:j1])
+        O_i = out[:, :, i0:i1].reshape(N, rows, plan.Ev)
+        douts.append((X - c * O_i).reshape(N, G, i1 - i0, plan.Ev))
+        dlses.append(c.reshape(N, G, i1 - i0, 1))
+    if not douts:
+        return q.new_zeros((N, G, 0, plan.Ev)), q.new_zeros((N, G, 0, 1))
+    return torch.cat(douts, dim=2), torch.cat(dlses, dim=2)
+
+
+def _tangent(plan: _Plan, t, kind: str):
+    """A tangent (or None) of query, key or value in the layout ``_operands`` gives its
+    primal."""
+    if t is None:
+        return None
+    N, G, L, S = plan.N, plan.groups, plan.L, plan.S
+    t = t.to(plan.work)
+    if kind == "q":
+        return (t * plan.scale).expand(*plan.batch, L, plan.E).reshape(N, G, L, plan.E)
+    if kind == "k":
+        return t.expand(*plan.kv_batch, S, plan.E).reshape(N, S, plan.E).transpose(1, 2)
+    return t.expand(*plan.kv_batch, S, plan.Ev).reshape(N, S, plan.Ev)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
     """Tiled attention whose backward pass recomputes each tile's P from the saved lse.
 
-    ``forward(query, key, value, attn_mask, plan)`` saves Q, K, V, the mask, O and the lse only;
-    ``backward`` returns dQ, dK, dV and, for a float ``attn_mask``, its gradient dS (summed over
-    the dims it broadcasts over). Use :func:`scaled_dot_product_attention`, which builds ``plan``.
+    ``forward(query, key, value, attn_mask, plan)`` returns ``(O, lse)``: O ``(..., L, Ev)`` in
+    the compute dtype and the log-sum-exp ``(..., L)``; it saves Q, K, V, the mask, O and the
+    lse only. ``backward`` returns dQ, dK, dV and, for a float ``attn_mask``, its gradient dS
+    (summed over the dims it broadcasts over); ``jvp`` the tangents of O and lse. Written in
+    batchable, differentiable torch ops: ``generate_vmap_rule``, double backward and
+    ``torch.func`` transforms work. Use :func:`scaled_dot_product_attention`, which builds
+    ``plan``.
     """
 
-    @staticmethod
-    def forward(ctx, query, key, value, attn_mask, plan: _Plan):
-        q, kT, v = _operands(plan, query, key, value)
-        mask = None
-        if attn_mask is not None:
-            mask = _grouped_mask(attn_mask if attn_mask.dtype == torch.bool
-                                 else attn_mask.to(plan.work), plan)
-        out, lse = _forward_tiles(plan, q, kT, v, mask)
-        ctx.plan = plan
-        out = out.view(*plan.batch, plan.L, plan.Ev)          # (..., L, Ev)
-        ctx.save_for_backward(query, key, value, attn_mask, out, lse.view(*plan.batch, plan.L))
-        return out.to(plan.dtype)
+    generate_vmap_rule = True
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def forward(query, key, value, attn_mask, plan: _Plan):
+        q, kT, v = _operands(plan, query, key, value)
+        out, lse = _forward_tiles(plan, q, kT, v, _mask_operand(attn_mask, plan))
+        return out.reshape(*plan.batch, plan.L, plan.Ev), lse.reshape(*plan.batch, plan.L)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        query, key, value, attn_mask, plan = inputs
+        out, lse = output
+        ctx.plan = plan
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.save_for_forward(query, key, value, attn_mask, out, lse)
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
         plan: _Plan = ctx.plan
         query, key, value, attn_mask, out, lse = ctx.saved_tensors
-        out = out.reshape(plan.N, plan.groups, plan.L, plan.Ev)
-        lse = lse.reshape(plan.N, plan.groups, plan.L, 1)
+        N, G, L = plan.N, plan.groups, plan.L
         q, kT, v = _operands(plan, query, key, value)
-        mask = dmask_full = dmask = None
-        if attn_mask is not None:
-            mask = _grouped_mask(attn_mask if attn_mask.dtype == torch.bool
-                                 else attn_mask.to(plan.work), plan)
-            if ctx.needs_input_grad[3]:
-                dmask_full = torch.zeros(attn_mask.shape, dtype=plan.work,
-                                         device=attn_mask.device)
-                dmask = _grouped_mask(dmask_full, plan)
-        dout = grad_out.to(plan.work).expand(*plan.batch, plan.L, plan.Ev)
-        dout = dout.reshape(plan.N, plan.groups, plan.L, plan.Ev)
-        dq, dk, dv = _backward_tiles(plan, q, kT, v, mask, out, lse, dout, dmask)
-        dq = (dq * plan.scale).view(*plan.batch, plan.L, plan.E)
-        dk = dk.view(*plan.kv_batch, plan.S, plan.E)
-        dv = dv.view(*plan.kv_batch, plan.S, plan.Ev)
+        mask = _mask_operand(attn_mask, plan)
+        need_dmask = attn_mask is not None and ctx.needs_input_grad[3]
+        dout = grad_out.to(plan.work).expand(*plan.batch, L, plan.Ev).reshape(N, G, L, plan.Ev)
+        dlse = grad_lse.to(plan.work).expand(*plan.batch, L).reshape(N, G, L, 1)
+        dq, dk, dv, dmask = _backward_tiles(plan, q, kT, v, mask, out.reshape(N, G, L, plan.Ev),
+                                            lse.reshape(N, G, L, 1), dout, dlse, need_dmask)
+        dq = (dq * plan.scale).reshape(*plan.batch, L, plan.E)
+        dk = dk.reshape(*plan.kv_batch, plan.S, plan.E)
+        dv = dv.reshape(*plan.kv_batch, plan.S, plan.Ev)
         grads = [g.sum_to_size(t.shape).to(t.dtype) if need else None
                  for g, t, need in zip((dq, dk, dv), (query, key, value),
                                        ctx.needs_input_grad[:3], strict=True)]
-        if dmask_full is not None:
-            dmask_full = dmask_full.to(attn_mask.dtype)
-        return (*grads, dmask_full, None)
+        if need_dmask:
+            dmask = dmask.expand(mask.shape).reshape(attn_mask.shape).to(attn_mask.dtype)
+        return (*grads, dmask, None)
+
+    @staticmethod
+    def jvp(ctx, tq, tk, tv, tmask, _plan_tangent):
+        plan: _Plan = ctx.plan
+        query, key, value, attn_mask, out, lse = ctx.saved_tensors
+        N, G, L = plan.N, plan.groups, plan.L
+        q, kT, v = _operands(plan, query, key, value)
+        tmask = _mask_operand(tmask, plan) if attn_mask is not None and \
+            attn_mask.dtype != torch.bool else None
+        dout, dlse = _jvp_tiles(plan, q, kT, v, _mask_operand(attn_mask, plan),
+                                out.reshape(N, G, L, plan.Ev), lse.reshape(N, G, L, 1),
+                                _tangent(plan, tq, "q"), _tangent(plan, tk, "k"),
+                                _tangent(plan, tv, "v"), tmask)
+        return dout.reshape(out.shape), dlse.reshape(lse.shape)
 
 
 def scaled_dot_product_attention(
@@ -340,14 +567,16 @@ def scaled_dot_product_attention(
     ``attn_mask``: bool (True = may attend), additive float (differentiable), or a
     ``torch.nn.attention.bias`` causal bias, whose variant sets the causal diagonal (no
     ``(L, S)`` mask is built when its lengths are the inputs'); ``attn_mask`` with
-    ``is_causal=True`` raises ``ValueError``. The backward pass recomputes each tile's P from
-    the saved log-sum-exp (:class:`FlashAttentionFunction`): a training step holds no ``(L, S)``
-    tensor either. ``dropout_p > 0``: per-tile dropout masks from a per-call seed (see the
-    module docstring: not torch's RNG stream).
+    ``is_causal=True`` is refused, as torch's math kernel refuses it. The backward pass
+    recomputes each tile's P from the saved log-sum-exp (:class:`FlashAttentionFunction`): a
+    training step holds no ``(L, S)`` tensor either. ``dropout_p > 0``: torch's math-backend
+    dropout mask from the same generator state, drawn one query-row block at a time (see the
+    module docstring).
     """
-    plan, attn_mask = _plan(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                            enable_gqa, block_size)
-    return FlashAttentionFunction.apply(query, key, value, attn_mask, plan)
+    plan, attn_mask, key, value = _plan(query, key, value, attn_mask, dropout_p, is_causal,
+                                        scale, enable_gqa, block_size)
+    out, _ = FlashAttentionFunction.apply(query, key, value, attn_mask, plan)
+    return out.to(plan.dtype)
 
 
 def tile_autograd_attention(
@@ -364,17 +593,13 @@ def tile_autograd_attention(
     """The same tiled forward pass with gradients left to ordinary autograd (for contrast).
 
     Same arguments and result as :func:`scaled_dot_product_attention` (same dropout masks for
-    the same seed), but autograd keeps every tile ``P_ij`` for the backward pass: ``O(L·S)``
-    memory in a training step, what FlashAttention's recomputation avoids.
+    the same generator state), but autograd keeps every tile ``P_ij`` for the backward pass:
+    ``O(L·S)`` memory in a training step, what FlashAttention's recomputation avoids.
     """
-    plan, attn_mask = _plan(query, key, value, attn_mask, dropout_p, is_causal, scale,
-                            enable_gqa, block_size)
+    plan, attn_mask, key, value = _plan(query, key, value, attn_mask, dropout_p, is_causal,
+                                        scale, enable_gqa, block_size)
     q, kT, v = _operands(plan, query, key, value)
-    mask = None
-    if attn_mask is not None:
-        mask = _grouped_mask(attn_mask if attn_mask.dtype == torch.bool
-                             else attn_mask.to(plan.work), plan)
-    out, _ = _forward_tiles(plan, q, kT, v, mask)
+    out, _ = _forward_tiles(plan, q, kT, v, _mask_operand(attn_mask, plan))
     if plan.L == 0 or plan.S == 0:  # no tile ran: link the inputs to autograd (zero gradients)
         out = out + sum(t.narrow(-1, 0, 0).sum().to(plan.work) for t in (query, key, value))
-    return out.view(*plan.batch, plan.L, plan.Ev).to(plan.dtype)
+    return out.reshape(*plan.batch, plan.L, plan.Ev).to(plan.dtype)

@@ -7,8 +7,9 @@ Shapes: query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` → `
 Semantics are those of :func:`torch.nn.functional.scaled_dot_product_attention` (torch 2.13),
 including ``torch.nn.attention.bias`` masks (``causal_upper_left``, ``causal_lower_right``) and
 empty dimensions, with one deliberate difference: ``attn_mask`` together with ``is_causal=True``
-raises ``ValueError`` (torch's documented contract; torch 2.13's default CPU kernel instead
-applies both silently). bfloat16/float16 inputs are computed in float32 throughout, scores,
+is refused as torch's math kernel refuses it (``RuntimeError``; ours is also a
+``ValueError``); torch 2.13's default CPU kernel instead applies both silently.
+bfloat16/float16 inputs are computed in float32 throughout, scores,
 probabilities and P·V, and rounded once at the end, as torch's math kernel does.
 """
 
@@ -24,6 +25,7 @@ from ._validate import (
     compute_dtype,
     fold_groups,
     query_groups,
+    uneven_gqa,
     unfold_groups,
 )
 from .masks import causal_mask
@@ -88,10 +90,11 @@ def scaled_dot_product_attention(
 
     ``attn_mask``: bool (True = may attend), additive float, or a ``torch.nn.attention.bias``
     causal bias (``causal_upper_left`` / ``causal_lower_right``: the variant decides the
-    alignment). ``attn_mask`` with ``is_causal=True`` raises ``ValueError``, as torch documents
+    alignment). ``attn_mask`` with ``is_causal=True`` is refused, as torch's math kernel refuses it
     (torch 2.13's default CPU kernel silently applies both; combine the masks yourself).
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    key, value, enable_gqa = uneven_gqa(query, key, value, enable_gqa)  # Hk != Hv: repeated
     attn_mask, align = causal_alignment(query, key, attn_mask, is_causal)
     groups = query_groups(query, key, enable_gqa)  # GQA: G query heads per key/value head
     weights = _probabilities(query, key, attn_mask, align, scale, groups)  # float32 for halves

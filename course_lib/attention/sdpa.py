@@ -79,8 +79,9 @@ def scaled_dot_product_attention(
 
     ``attn_mask`` may be a ``torch.nn.attention.bias`` causal bias: it is handed to torch as is,
     so torch picks its kernel for the variant. One deliberate difference from torch 2.13:
-    ``attn_mask`` with ``is_causal=True`` raises ``ValueError`` here, as torch's documentation
-    says, whereas torch's default CPU kernel silently applies both (its math kernel raises).
+    ``attn_mask`` with ``is_causal=True`` is refused here (a ``RuntimeError`` and a
+    ``ValueError``), as torch's math kernel and documentation say, whereas torch's default
+    CPU kernel silently applies both.
     """
     check_sdpa_args(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     kw = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
