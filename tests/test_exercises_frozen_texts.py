@@ -50,8 +50,14 @@ PASS_MESSAGES = {
                            "n=4, window=10.",
     "kv_cache_bytes": "All 4 cases passed: GQA, 8 kv heads, float16; MQA, float32; "
                       "GQA, bfloat16; MHA, float64.",
+    "mla_absorbed_step": "All 4 cases passed: one new token; a chunk of 3; float64, long cache; "
+                         "value width != key width.",
     "causal_block": "All 4 cases passed: B=2, L=5, D=8, H=2; B=1, L=7, D=12, H=3; "
                     "B=2, L=6, D=8, H=4, float64; B=3, L=1, D=4, H=1.",
+    "merge_partials": "All 4 cases passed: two blocks of keys; float32, one block dominates; "
+                      "huge scores; empty rows.",
+    "ring_step": "All 6 cases passed: step 0: the diagonal block; an earlier block; a future "
+                 "block; wrapped round; last step; diagonal again.",
 }
 
 

@@ -44,8 +44,9 @@ def test_few_cells_are_unchecked() -> None:
     assert len(widgets) <= len(NOTEBOOKS)              # one explorer per chapter
     # 11: chapter 10's live decode step (bandwidth-bound evidence the inference chapter shows on
     # purpose) joined the ten machine facts of chapters 7 to 12; 12: chapter 10's attention-sink
-    # experiment trains a model in the cell (its asserts hold on any machine, its digits do not).
-    assert len(machine) <= 12, f"{len(machine)} machine-dependent cells: print what is robust"
+    # experiment trains a model in the cell (its asserts hold on any machine, its digits do not);
+    # 13: chapter 10's naive vs absorbed MLA decode step, timed live (issue 44).
+    assert len(machine) <= 13, f"{len(machine)} machine-dependent cells: print what is robust"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -5,15 +5,23 @@
 :data:`IMPLEMENTATIONS`; ``masks`` builds masks in the SDPA convention (True = may attend),
 ``softmax`` holds the one safe softmax, ``multihead`` the multi-head layer built on any of them,
 ``positions`` the position encodings (sinusoids, RoPE, ALiBi), ``kv_cache`` the decoding cache
-(``KVCache``, ``decode_step``, ``repeat_kv`` for grouped-query attention).
+(``KVCache``, ``decode_step``, ``repeat_kv`` for grouped-query attention), ``latent``
+multi-head latent attention (``MultiHeadLatentAttention``: a compressed cache, absorbed decoding).
+``merge`` merges partial attentions by log-sum-exp (``merge_partials``), ``distributed`` attends
+over a sequence split across processes (``ring_attention``, ``ulysses_attention``).
 """
 
-from . import flash, kv_cache, masks, multihead, positions, reference, sdpa, softmax
+from . import flash, kv_cache, latent, masks, multihead, positions, reference, sdpa, softmax
+from .distributed import ring_attention, ulysses_attention
 from .kv_cache import KVCache, decode_step, repeat_kv
+from .latent import MultiHeadLatentAttention
+from .merge import merge_partials, partial_attention
 from .multihead import MultiHeadAttention, TransformerBlock, merge_heads, split_heads
 from .registry import IMPLEMENTATIONS, AttentionFn
 
-__all__ = ["IMPLEMENTATIONS", "AttentionFn", "KVCache", "MultiHeadAttention", "decode_step",
-           "flash", "kv_cache", "masks", "merge_heads", "multihead", "positions", "reference",
+__all__ = ["IMPLEMENTATIONS", "AttentionFn", "KVCache", "MultiHeadAttention",
+           "MultiHeadLatentAttention", "decode_step", "flash", "kv_cache", "latent", "masks",
+           "merge_heads", "multihead", "positions", "reference",
            "repeat_kv", "sdpa", "softmax", "split_heads",
-           "TransformerBlock"]
+           "TransformerBlock", "distributed", "merge", "merge_partials", "partial_attention",
+           "ring_attention", "ulysses_attention"]

@@ -382,3 +382,181 @@ KV_CACHE_BYTES = Exercise(
                 lambda t, L, h, kv, d, dt: 2 * L * kv * d * (torch.finfo(dt).bits / 8) * t),
     ),
 )
+
+# --------------------------------------------------------------------------- absorbed MLA step
+
+
+def _mla_cases(gen: torch.Generator) -> list[Case]:
+    from course_lib.attention.positions import rope_cache
+
+    def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    def case(name, B, H, P, L, N, R, V, rank, note, dtype=torch.float32):
+        cos, sin = rope_cache(32, R, base=100.0, dtype=dtype)
+        args = (r(B, H, L, N, dtype=dtype), r(B, H, L, R, dtype=dtype),
+                r(B, L, rank, dtype=dtype), r(B, L, R, dtype=dtype),
+                r(B, P, rank, dtype=dtype), r(B, P, R, dtype=dtype),
+                r(H * (N + V), rank, dtype=dtype) / rank ** 0.5, cos, sin)
+        return Case(name, args, note=note)
+
+    return [
+        case("one new token", 1, 2, 5, 1, 4, 2, 4, 6, "5 latents cached, 1 new at position 5"),
+        case("a chunk of 3", 2, 3, 4, 3, 4, 4, 4, 8, "4 cached, 3 new at positions 4, 5, 6"),
+        case("float64, long cache", 1, 2, 9, 2, 6, 4, 6, 10, "9 cached, 2 new",
+             torch.float64),
+        case("value width != key width", 1, 2, 3, 2, 4, 2, 6, 8, "N = 4, V = 6"),
+    ]
+
+
+def _mla_oracle(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos, sin):
+    """Decompress every latent into per-head keys and values (the naive path), in float64."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from course_lib.attention.positions import apply_rope
+    B, H, L, N = q_nope.shape
+    P, R = c_cache.shape[-2], q_rope.shape[-1]
+    c = torch.cat([c_cache, c_new], -2)
+    k_r = torch.cat([k_rope_cache, apply_rope(k_rope_new, cos, sin, offset=P)], -2)
+    w = w_kv_b.view(H, -1, c.shape[-1]).double()
+    k = torch.cat([torch.einsum("bsr,hnr->bhsn", c.double(), w[:, :N]),
+                   k_r.double()[:, None].expand(B, H, -1, R)], -1)
+    v = torch.einsum("bsr,hvr->bhsv", c.double(), w[:, N:])
+    q = torch.cat([q_nope.double(), apply_rope(q_rope, cos, sin, offset=P).double()], -1)
+    out = reference.scaled_dot_product_attention(q, k, v,
+                                                 attn_mask=causal_lower_right(L, P + L))
+    return out.to(q_nope.dtype), c, k_r
+
+
+def mla_absorbed_step(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos,
+                      sin):
+    """Rotate the rope parts by positions P..P+L-1, append the latents and rotated keys, attend
+    in the latent space (W_UK folded into the query, W_UV applied after), return
+    (out (B, H, L, V), c_cache (B, P+L, r), k_rope_cache (B, P+L, R))."""
+    B, H, L, N = q_nope.shape
+    P, R = c_cache.shape[-2], q_rope.shape[-1]
+
+    def rope(t):                                   # positions P .. P+L-1
+        t1, t2 = t.chunk(2, dim=-1)
+        return t * cos[P:P + L] + torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
+
+    c = torch.cat([c_cache, c_new], dim=-2)                  # cache the latent, not K and V
+    k_rope = torch.cat([k_rope_cache, rope(k_rope_new)], dim=-2)
+    w = w_kv_b.view(H, -1, c.shape[-1])                      # per head: [W_UK (N, r); W_UV]
+    w_uk, w_uv = w[:, :N], w[:, N:]
+    q_lat = q_nope @ w_uk                                    # (B, H, L, r): W_UK absorbed
+    scores = (q_lat @ c[:, None].transpose(-2, -1)
+              + rope(q_rope) @ k_rope[:, None].transpose(-2, -1)) / math.sqrt(N + R)
+    S = c.shape[-2]
+    allowed = torch.ones(L, S, dtype=torch.bool).tril(diagonal=S - L)   # bottom-right
+    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    out = (p @ c[:, None]) @ w_uv.transpose(-2, -1)          # W_UV after the weighted sum
+    return out, c, k_rope
+
+
+def _mla(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos, sin, *,
+         rotate_nope=False, rope_term=True, width=None, cache="latent", swap=False,
+         rotate_k=True, up_out=True, mask="bottom_right", layout="per_head"):
+    """The solution with one thing changed (see the mistakes below)."""
+    B, H, L, N = q_nope.shape
+    P, R = c_cache.shape[-2], q_rope.shape[-1]
+    rank = c_new.shape[-1]
+    V = w_kv_b.shape[0] // H - N
+    c = torch.cat([c_cache, c_new], -2)
+    k_r = torch.cat([k_rope_cache, _rot(k_rope_new, cos, sin, P) if rotate_k else k_rope_new],
+                    -2)
+    if layout == "per_head":
+        w = w_kv_b.view(H, N + V, rank)
+        w_uk, w_uv = w[:, :N], w[:, N:]
+    else:                                       # all heads' W_UK rows, then all W_UV rows
+        w_uk, w_uv = w_kv_b[:H * N].view(H, N, rank), w_kv_b[H * N:].view(H, V, rank)
+    if swap:
+        w_uk, w_uv = w_uv, w_uk
+    qn = _rot(q_nope, cos, sin, P) if rotate_nope else q_nope
+    scores = (qn @ w_uk) @ c[:, None].transpose(-2, -1)
+    if rope_term:
+        scores = scores + _rot(q_rope, cos, sin, P) @ k_r[:, None].transpose(-2, -1)
+    scores = scores / math.sqrt(N + R if width is None else width(N, R, rank))
+    S = c.shape[-2]
+    allowed = (torch.ones(L, S, dtype=torch.bool).tril(S - L) if mask == "bottom_right"
+               else torch.ones(L, S, dtype=torch.bool).tril())
+    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+    out = p @ c[:, None]
+    if up_out:
+        out = out @ w_uv.transpose(-2, -1)
+    if cache == "decompressed":
+        return out, torch.einsum("bsr,hnr->bhsn", c, w_uk), k_r
+    return out, c, k_r
+
+
+def _mla_mistake(**change):
+    return lambda *args: _mla(*args, **change)
+
+
+MLA_ABSORBED_STEP = Exercise(
+    id="mla_absorbed_step",
+    chapter="10_inference",
+    title="One absorbed decoding step of multi-head latent attention",
+    signature="mla_absorbed_step(q_nope (B, H, L, N), q_rope (B, H, L, R), c_new (B, L, r), "
+              "k_rope_new (B, L, R), c_cache (B, P, r), k_rope_cache (B, P, R), "
+              "w_kv_b (H·(N+V), r), cos, sin (max_len, R)) -> (out (B, H, L, V), "
+              "c_cache (B, P+L, r), k_rope_cache (B, P+L, R))",
+    params=("q_nope", "q_rope", "c_new", "k_rope_new", "c_cache", "k_rope_cache", "w_kv_b",
+            "cos", "sin"),
+    cases=_mla_cases,
+    oracle=_mla_oracle,
+    solution=mla_absorbed_step,
+    tolerances={torch.float32: (1e-5, 1e-4)},
+    output_names=("out", "c_cache", "k_rope_cache"),
+    hints=(
+        "The cache holds latents c (B, S, r) and rotated rope keys (B, S, R). Rotate q_rope and "
+        "k_rope_new by positions P..P+L-1 (rows P:P+L of cos, sin; the nope parts and the "
+        "latents carry no position), append c_new and the rotated keys, then attend over all "
+        "S = P + L tokens.",
+        "w_kv_b.view(H, N + V, r) holds per head W_UK (its first N rows) and W_UV (the last V). "
+        "Head h's key is [W_UK c; k_rope], so q_nope · W_UK c = (q_nope @ W_UK) · c: move the "
+        "query into the latent space. The scale is 1/√(N + R), the width of the full key.",
+        "q_lat = q_nope @ w_uk; scores = (q_lat @ c.T + rope(q_rope) @ k_rope.T) / √(N + R); "
+        "bottom-right causal mask tril(S - L); out = (softmax(scores) @ c) @ w_uv.T",
+    ),
+    mistakes=(
+        Mistake("rope_through_absorption", "You rotated the nope part of the query by its "
+                "position before absorbing W_UK. RoPE's rotation depends on the position, and "
+                "the latent keys W_UK c were never rotated: no position-dependent turn can pass "
+                "through W_UK into the cache. Only the decoupled part carries the position: "
+                "rotate q_rope and the rope keys, leave q_nope as it is.",
+                _mla_mistake(rotate_nope=True)),
+        Mistake("rope_term_dropped", "Your scores leave out the rotary part q_rope · k_rope: "
+                "only the nope part is absorbed into the latent space, the shared rotary key "
+                "is added on top. Without it the scores carry no position at all.",
+                _mla_mistake(rope_term=False)),
+        Mistake("scale_without_rope", "You scaled by 1/√N, the width of the nope part only. "
+                "The full key of a head is [W_UK c; k_rope], N + R wide: scale by 1/√(N + R).",
+                _mla_mistake(width=lambda N, R, rank: N)),
+        Mistake("scale_latent_width", "You scaled by 1/√(r + R), the width of the vectors you "
+                "attend with in the latent space. Absorbing W_UK rewrites the same scores, so "
+                "the scale stays that of the original keys: 1/√(N + R).",
+                _mla_mistake(width=lambda N, R, rank: rank + R)),
+        Mistake("decompressed_keys_cached", "Your returned cache holds decompressed per-head "
+                "keys W_UK c (B, H, S, N), not the latents. Caching the keys undoes what MLA "
+                "is for: append c_new to c_cache and keep the cache (B, P+L, r).",
+                _mla_mistake(cache="decompressed")),
+        Mistake("projections_swapped", "You absorbed W_UV into the query and applied W_UK to "
+                "the output. Per head, the first N rows of w_kv_b.view(H, N + V, r) are W_UK "
+                "(the keys: they go with the query) and the last V rows W_UV (the values: "
+                "after the weighted sum).", _mla_mistake(swap=True)),
+        Mistake("keys_then_values_layout", "You took the first H·N rows of w_kv_b as every "
+                "head's W_UK. The rows are grouped by head: w_kv_b.view(H, N + V, r), W_UK = "
+                "[:, :N], W_UV = [:, N:].", _mla_mistake(layout="keys_then_values")),
+        Mistake("rope_keys_not_rotated", "You appended (and scored) the new rope keys without "
+                "rotating them. The cache holds rotated rope keys: rotate k_rope_new by "
+                "positions P..P+L-1 before appending, as the query's rope part.",
+                _mla_mistake(rotate_k=False)),
+        Mistake("latent_output", "Your output is the weighted sum of latents (B, H, L, r): "
+                "W_UV still has to take it back to the value width, out = (p @ c) @ W_UV.T.",
+                _mla_mistake(up_out=False)),
+        Mistake("top_left_mask", "Your causal mask is aligned top-left (j <= i): the new "
+                "query i is at position P + i, so it must see keys j <= i + (S - L). Use "
+                "tril(diagonal=S - L).", _mla_mistake(mask="top_left")),
+    ),
+)

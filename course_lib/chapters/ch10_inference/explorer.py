@@ -67,3 +67,35 @@ def decoding_explorer() -> Explorer:
         frames=frames,
         figsize=(9, 3.6),
     )
+
+
+CONTEXTS = (1024, 4096, 8192, 32768, 65536, 131072)
+
+
+def draw_cache_schemes(fig: plt.Figure, context: int = 32768, dtype: str = "bf16") -> dict:
+    """Cache of one sequence against context length for MHA, GQA, MQA (Llama 3 70B's shape) and
+    MLA (DeepSeek-V3), marked at ``context``. Returns ``{scheme: GiB at context}``."""
+    from . import helpers
+    from .plots import plot_cache_vs_context
+
+    b = {"bf16": 2, "fp8": 1, "fp32": 4}[dtype]
+    per = {scheme: helpers.cached_numbers(scheme, cfg) * cfg["layers"] * b
+           for scheme, _, cfg in helpers.CACHE_SCHEMES if scheme != "MLA decompressed"}
+    ax = fig.subplots()
+    plot_cache_vs_context(ax, per, context)
+    ax.set_title(f"{context:,} tokens in {dtype}", fontsize=10)
+    fig.tight_layout()
+    return {scheme: context * p / 2**30 for scheme, p in per.items()}
+
+
+def cache_schemes_explorer() -> Explorer:
+    """Context length and element size against the cache of the four schemes; the book plays
+    the context lengths in bf16."""
+    return Explorer(
+        draw=draw_cache_schemes,
+        controls={"context": Control("context length", CONTEXTS, default=32768),
+                  "dtype": Control("cache dtype", ("bf16", "fp8", "fp32"), default="bf16",
+                                   kind="dropdown")},
+        animate="context",
+        figsize=(7, 3.8),
+    )

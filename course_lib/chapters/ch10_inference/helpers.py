@@ -395,6 +395,26 @@ def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int 
     return found
 
 
+def aten_ops(attend, E: int = 4, Ev: int = 4, H: int = 8, H_kv: int = 2) -> list[str]:
+    """Names of the aten ops ``attend(q, k, v, enable_gqa=True)`` dispatches (outermost first
+    as they run), for keys of width ``E`` and values of width ``Ev``: which kernel torch picks."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, H, 3, E, generator=g)
+    k, v = torch.randn(1, H_kv, 5, E, generator=g), torch.randn(1, H_kv, 5, Ev, generator=g)
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        attend(q, k, v, enable_gqa=True)
+    return seen
+
+
 # --------------------------------------------------------------------------- decode roofline
 
 # Datasheet peaks (dense, no sparsity) and memory bandwidths: NVIDIA H100 SXM5 (bf16 989.4
@@ -448,3 +468,128 @@ def committed_matmul_rate() -> float:
     (``course_lib/toolkit/bench/results/cpu-float32.json``)."""
     path = resources.files("course_lib.toolkit.bench") / "results" / "cpu-float32.json"
     return json.loads(path.read_text())["meta"]["matmul"]["gflops_best"] * 1e9
+
+
+# --------------------------------------------------------------------------- latent attention
+
+#: Published configurations compared with MLA: Llama 3 70B (Grattafiori et al., Table 3) and
+#: DeepSeek-V3 (DeepSeek-AI 2024, §4.2; the names of its Hugging Face config).
+LLAMA3_70B: dict[str, Any] = {"model": "Llama 3 70B", "layers": 80, "heads": 64, "kv_heads": 8,
+                              "head_dim": 128, "source": "grattafiori2024llama3"}
+DEEPSEEK_V3: dict[str, Any] = {"model": "DeepSeek-V3", "layers": 61, "heads": 128,
+                               "hidden_size": 7168, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                               "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                               "v_head_dim": 128, "source": "deepseekai2024v3"}
+
+
+def cached_numbers(scheme: str, cfg: dict[str, Any]) -> int:
+    """Numbers one layer caches per token. ``"MHA"``/``"GQA"``/``"MQA"`` (Llama-style, K and V
+    of ``kv_heads`` = heads / 8 / 1 heads), ``"MLA"`` (latent + shared rotary key), and
+    ``"MLA decompressed"`` (the per-head keys and values MLA would cache without its latent)."""
+    if scheme == "MLA":
+        return cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]
+    if scheme == "MLA decompressed":
+        return cfg["heads"] * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+                               + cfg["v_head_dim"])
+    kv = {"MHA": cfg["heads"], "GQA": cfg["kv_heads"], "MQA": 1}[scheme]
+    return 2 * kv * cfg["head_dim"]
+
+
+CACHE_SCHEMES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("MHA", "Llama 3 70B shape, if every head were cached", LLAMA3_70B),
+    ("GQA", "Llama 3 70B as published (8 kv heads)", LLAMA3_70B),
+    ("MQA", "Llama 3 70B shape, with 1 kv head", LLAMA3_70B),
+    ("MLA", "DeepSeek-V3 as published", DEEPSEEK_V3),
+    ("MLA decompressed", "DeepSeek-V3, per-head K and V cached", DEEPSEEK_V3),
+)
+
+
+def scheme_rows(tokens: int = 131072, bytes_per_element: int = 2) -> list[dict[str, Any]]:
+    """Cache per token (all layers) and for ``tokens`` tokens, one row per :data:`CACHE_SCHEMES`."""
+    rows = []
+    for scheme, what, cfg in CACHE_SCHEMES:
+        per_layer = cached_numbers(scheme, cfg)
+        per = per_layer * cfg["layers"] * bytes_per_element
+        rows.append({"scheme": scheme, "configuration": what, "layers": cfg["layers"],
+                     "numbers per token and layer": per_layer, "KiB/token": per / 1024,
+                     f"GiB at {tokens:,} tokens": per * tokens / 2**30})
+    return rows
+
+
+def mla_decode_costs(cfg: dict[str, Any], cache: int, bytes_per_element: int = 2
+                     ) -> dict[str, dict[str, float]]:
+    """FLOPs and bytes of one new token's attention over ``cache`` tokens, one layer, three ways:
+
+    * ``naive``: decompress all S latents (``2·S·r·H(N+V)``), then attend per head
+      (``2·H·S(N+R) + 2·H·S·V``); reads the latent cache ``S(r+R)``;
+    * ``absorbed``: move the query into the latent space and back (``2·H·N·r + 2·H·r·V``, once
+      per token), attend over ``S`` latents (``2·H·S(r+R) + 2·H·S·r``); reads ``S(r+R)``;
+    * ``decompressed cache``: attend over cached per-head K and V (MHA-sized):
+      ``2·H·S(N+R) + 2·H·S·V`` FLOPs, reading ``S·H(N+R+V)``.
+
+    Bytes add the query and output of the attention; softmax and projections from x not counted.
+    """
+    H, r, R = cfg["heads"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    N, V, S, b = cfg["qk_nope_head_dim"], cfg["v_head_dim"], cache, bytes_per_element
+    attend_heads = 2 * H * S * (N + R) + 2 * H * S * V
+    io_heads = (H * (N + R) + H * V) * b
+    rows = {
+        "naive": (2 * S * r * H * (N + V) + attend_heads, S * (r + R) * b + io_heads),
+        "absorbed": (2 * H * N * r + 2 * H * r * V + 2 * H * S * (r + R) + 2 * H * S * r,
+                     S * (r + R) * b + (H * (r + R) + H * r) * b),
+        "decompressed cache": (attend_heads, S * H * (N + R + V) * b + io_heads),
+    }
+    return {k: {"FLOPs": f, "bytes": n, "FLOP/byte": f / n} for k, (f, n) in rows.items()}
+
+
+def absorbed_break_even(cfg: dict[str, Any]) -> float:
+    """Cache length above which the absorbed step needs fewer FLOPs than the naive one: its
+    fixed ``2·H·r(N+V)`` against the naive path's extra FLOPs per cached token."""
+    H, r, R = cfg["heads"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    N, V = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    naive_per = 2 * r * H * (N + V) + 2 * H * (N + R) + 2 * H * V
+    absorbed_per = 2 * H * (r + R) + 2 * H * r
+    return 2 * H * r * (N + V) / (naive_per - absorbed_per)
+
+
+def decompress_wins_above(cfg: dict[str, Any], cache: int) -> float:
+    """Query tokens per step (a chunk, a prefill) over ``cache`` latents above which
+    decompressing them once (``2·S·r·H(N+V)``) and attending per head costs fewer FLOPs than
+    attending in the latent space, whose extra FLOPs grow with every query:
+    ``L · (2Hr(N+V) + S·extra) = S · 2rH(N+V)``, with ``extra`` the absorbed path's additional
+    FLOPs per query-key pair."""
+    H, r, R = cfg["heads"], cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    N, V, S = cfg["qk_nope_head_dim"], cfg["v_head_dim"], cache
+    extra_per_pair = (2 * H * (r + R) + 2 * H * r) - (2 * H * (N + R) + 2 * H * V)
+    decompress = 2 * r * H * (N + V)
+    return S * decompress / (decompress + S * extra_per_pair)
+
+
+def time_mla_decode(model, cache_lengths, repeats: int = 5, seed: int = 0
+                    ) -> list[dict[str, float]]:
+    """Seconds of one decode step (one new token) of ``model`` (a ``MultiHeadLatentAttention``)
+    after each cache length, naive and absorbed, best of ``repeats`` (toolkit ``best_time``,
+    process CPU clock). After each timed call the cache is rewound (``seen = S``), so every call
+    decodes the same token over the same ``S`` latents. Each row checks that both modes agree."""
+    from course_lib.toolkit.bench.timing import best_time
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for S in cache_lengths:
+        x = torch.randn(1, S + 1, model.embed_dim, generator=g)
+        cache = KVCache()
+        row: dict[str, float] = {"cache": S}
+        outs = {}
+        with torch.no_grad():
+            model(x[:, :S], cache)                 # prefill S tokens
+            for mode in ("naive", "absorbed"):
+
+                def step(mode=mode, x=x, S=S, cache=cache):
+                    out = model(x[:, S:], cache, mode)
+                    cache.seen = S                 # rewind: the next call decodes it again
+                    return out
+                outs[mode] = step()
+                row[f"{mode} ms"] = best_time(step, repeats=repeats, clock="cpu")[0] * 1e3
+        row["max |difference|"] = float((outs["naive"] - outs["absorbed"]).abs().max())
+        rows.append(row)
+    return rows

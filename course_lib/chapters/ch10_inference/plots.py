@@ -116,3 +116,65 @@ def plot_decode_roofline(ax: plt.Axes, rows: Sequence[dict[str, Any]],
     ax.set_ylim(0.3, max(list(ridges.values()) + values) * 30)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
     ax.set_ylabel("FLOP / byte of one decode step")
+
+
+# Okabe–Ito colours, and a marker, line style and hatch per scheme: told apart without colour.
+SCHEME_STYLE: dict[str, dict[str, str]] = {
+    "MHA": {"color": "#E69F00", "marker": "o", "ls": "-", "hatch": "//"},
+    "GQA": {"color": "#56B4E9", "marker": "s", "ls": "--", "hatch": ".."},
+    "MQA": {"color": "#009E73", "marker": "^", "ls": ":", "hatch": "\\\\"},
+    "MLA": {"color": "#0072B2", "marker": "D", "ls": "-.", "hatch": ""},
+    "MLA decompressed": {"color": "#D55E00", "marker": "v", "ls": (0, (5, 1, 1, 1, 1, 1)),
+                         "hatch": "xx"},
+}
+
+
+def plot_scheme_cache(ax: plt.Axes, rows: Sequence[dict[str, Any]]) -> None:
+    """KiB of cache per token (all layers, bf16) per scheme (rows of ``helpers.scheme_rows``),
+    log axis; each bar labelled with its scheme, configuration and value."""
+    names = [f"{r['scheme']}: {r['configuration']}" for r in rows][::-1]
+    values = [r["KiB/token"] for r in rows][::-1]
+    styles = [SCHEME_STYLE[r["scheme"]] for r in rows][::-1]
+    bars = ax.barh(names, values, color=[s["color"] for s in styles], edgecolor="black",
+                   linewidth=0.6)
+    for bar, s, v in zip(bars, styles, values, strict=True):
+        bar.set_hatch(s["hatch"])
+        ax.text(v * 1.08, bar.get_y() + bar.get_height() / 2, f"{v:,.5g} KiB", va="center",
+                fontsize=9)
+    ax.set_xscale("log")
+    ax.set_xlim(min(values) / 2, max(values) * 6)
+    ax.set_xlabel("KV cache per token, all layers, bf16 (KiB, log scale)")
+
+
+def plot_cache_vs_context(ax: plt.Axes, rows_by_scheme: dict[str, float], context: int,
+                          max_context: int = 131072) -> None:
+    """GiB of cache against context length for each scheme (``{scheme: bytes per token}``),
+    log-log; a vertical line and labelled points at ``context``."""
+    lengths = np.geomspace(1024, max_context, 8)
+    for scheme, per in rows_by_scheme.items():
+        s = SCHEME_STYLE[scheme]
+        at = context * per / 2**30
+        ax.plot(lengths, lengths * per / 2**30, color=s["color"], ls=s["ls"], marker=s["marker"],
+                ms=4, label=f"{scheme}: {at:.3g} GiB at {context:,}")
+        ax.plot([context], [at], marker=s["marker"], color=s["color"], ms=8, mec="black")
+    ax.axvline(context, color="0.5", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("cache of one sequence (GiB)")
+    ax.legend(frameon=False, fontsize=8, loc="lower right")
+
+
+def plot_mla_decode_times(ax: plt.Axes, rows: Sequence[dict[str, Any]]) -> None:
+    """Measured ms of one MLA decode step against cache length, naive and absorbed."""
+    S = [r["cache"] for r in rows]
+    ax.plot(S, [r["naive ms"] for r in rows], "o-", color=SCHEME_STYLE["MLA decompressed"]
+            ["color"], label="naive: decompress every cached latent")
+    ax.plot(S, [r["absorbed ms"] for r in rows], "D-.", color=SCHEME_STYLE["MLA"]["color"],
+            label="absorbed: attend in the latent space")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(S, labels=[str(s) for s in S])
+    ax.set_xlabel("cached tokens")
+    ax.set_ylabel("ms per decode step (CPU)")
+    ax.legend(frameon=False, fontsize=8)
