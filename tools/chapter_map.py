@@ -41,6 +41,7 @@ CHAPTERS = {
     "10_inference": ("Inference", "KV cache, GQA, windows", "work"),
     "11_flex_attention": ("FlexAttention", "mask_mod, score_mod, tiles", "work"),
     "12_capstone": ("Capstone", "watch attention learn", "work"),
+    "13_across_devices": ("Across devices", "ring attention, Ulysses", "work"),
 }
 
 COLS, BOX_W, BOX_H, GAP_X, ROW_H, LEFT, TOP = 4, 218, 74, 30, 138, 24, 60
