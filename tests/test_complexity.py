@@ -172,12 +172,20 @@ def test_time_call_split_cpu_clock_sees_system_time():
 
 def test_cliff_summary_and_matmul_fractions():
     rows = [{"n": 256, "fits in": "L3", "naive": 30.0, "naive user-only": 30.0,
-             "kernel share": 0.0},
+             "kernel share": 0.0, "working set": 2**20},
             {"n": 1024, "fits in": "DRAM", "naive": 15.0, "naive user-only": 40.0,
-             "kernel share": 0.6}]
-    s = cx.cliff_summary(rows)
-    assert s["fast"] / s["slow"] == 2.0 and s["os_out"] == 0.6 and s["n_out"] == 1024
-    assert cx.cliff_summary(rows[:1]) is None
+             "kernel share": 0.6, "working set": 2**30}]
+    s = cx.os_time_summary(rows)
+    assert s["fast"] / s["slow"] == 2.0 and s["os_jump"] == 0.6 and s["n_jump"] == 1024
+    assert s["fits_jump"] == "DRAM" and s["os_before"] == 0.0
+    assert cx.os_time_summary(rows[:1]) is None                     # never reaches the share
+    assert cx.os_time_summary(rows[1:]) is None                     # nothing before the jump
+    # the split follows the OS time, not the cache: a jump inside L3 is found where it is
+    in_l3 = [dict(rows[0], n=128), dict(rows[1], n=512, **{"fits in": "L3"}),
+             dict(rows[1], n=2048, naive=12.0, **{"kernel share": 0.55})]
+    s = cx.os_time_summary(in_l3)
+    assert (s["n_jump"], s["fits_jump"], s["slow"]) == (512, "L3", 15.0)
+    assert cx.os_time_summary(in_l3, share=0.65) is None
     bench = {"data": {"results": [
         {"impl": "reference", "n": 8, "causal": False, "frac_matmul": 0.1},
         {"impl": "torch", "n": 8, "causal": False, "frac_matmul": 0.7},

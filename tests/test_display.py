@@ -30,3 +30,18 @@ def test_matrix_table_title_and_repeated_labels():
     t = matrix_table(torch.eye(2), ["the", "the"], ["the", "the"], title="Identity")
     assert t.startswith("**Identity**\n\n|  | the | the |")
     assert t.splitlines()[-1] == "| **the** | 0.000 | 1.000 |"
+
+
+def test_a_pipe_inside_a_cell_is_escaped_and_stays_one_cell():
+    from markdown_it import MarkdownIt
+
+    rows = [{"variant": "causal", "max |diff|": "`a|b`", "note": "already \\| escaped"}]
+    table = markdown_table(rows)
+    assert table.splitlines()[0] == "| variant | max \\|diff\\| | note |"
+    assert table.splitlines()[2] == "| causal | `a\\|b` | already \\| escaped |"
+    html = MarkdownIt("commonmark").enable("table").render(table)
+    assert html.count("<th>") == 3 and html.count("<td>") == 3      # not a run-on line of pipes
+    assert "<th>max |diff|</th>" in html and "<code>a|b</code>" in html
+    labelled = matrix_table(torch.eye(1), ["|x|"], ["|y|"], corner="a|b")
+    assert labelled.splitlines()[0] == "| a\\|b | \\|y\\| |"
+

@@ -194,16 +194,36 @@ def test_dk_from_unscaled_scores_is_named_on_every_seed():
 # ------------------------------------------------------------------ TF32
 
 
-def test_tf32_rounding_keeps_10_mantissa_bits():
-    x = np.array([1.0, 1 + 2 ** -10, 1 + 2 ** -11, 1 + 2 ** -12, -3.0000002, np.inf, np.nan],
-                 dtype=np.float32)
+def test_tf32_truncation_is_the_default_and_keeps_10_mantissa_bits():
+    x = np.array([1.0, 1 + 2 ** -10, 1 + 2 ** -11, 1 + 2 ** -10 + 2 ** -11 + 2 ** -12,
+                  -3.0000002, -(1 + 2 ** -11 + 2 ** -12), np.inf, np.nan], dtype=np.float32)
     r = checking.to_tf32(x)
     assert r[0] == 1.0 and r[1] == 1 + 2 ** -10          # representable: unchanged
-    assert r[2] == 1 + 2 ** -10                          # a tie rounds away from zero
-    assert r[3] == 1.0 and r[4] == -3.0                  # below half an ulp: down
-    assert np.isinf(r[5]) and np.isnan(r[6])
-    bits = checking.to_tf32(np.random.default_rng(0).standard_normal(1000).astype(np.float32))
-    assert not (bits.view(np.uint32) & 0x1FFF).any()     # the 13 low mantissa bits are zero
+    assert r[2] == 1.0 and r[3] == 1 + 2 ** -10          # the low bits are dropped, never carried
+    assert r[4] == -3.0 and r[5] == -1.0                 # toward zero for negatives too
+    assert np.isinf(r[6]) and np.isnan(r[7])
+    draws = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    cut = checking.to_tf32(draws)
+    assert not (cut.view(np.uint32) & 0x1FFF).any()      # the 13 low mantissa bits are zero
+    rel = np.abs((cut - draws) / draws)
+    assert rel.max() < 2 ** -10 and rel.max() > 2 ** -11  # unit round-off 2^-10, not 2^-11
+    assert (np.abs(cut) <= np.abs(draws)).all()
+
+
+def test_tf32_round_to_nearest_is_the_other_option():
+    x = np.array([1 + 2 ** -11, 1 + 2 ** -12, -3.0000002, -(1 + 2 ** -11)], dtype=np.float32)
+    r = checking.to_tf32(x, rounding="nearest")
+    assert r[0] == 1 + 2 ** -10                          # a tie rounds away from zero
+    assert r[1] == 1.0 and r[2] == -3.0                  # below half an ulp: down
+    assert r[3] == -(1 + 2 ** -10)
+    draws = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    rel = np.abs((checking.to_tf32(draws, "nearest") - draws) / draws)
+    assert rel.max() <= 2 ** -11
+    with pytest.raises(ValueError, match="rounding"):
+        checking.to_tf32(draws, "stochastic")
+    with pytest.raises(ValueError, match="rounding"):
+        with checking.emulate_tf32(rounding="up"):
+            pass
 
 
 def test_tf32_emulation_changes_float32_dots_only_inside_the_context():
@@ -212,10 +232,12 @@ def test_tf32_emulation_changes_float32_dots_only_inside_the_context():
     exact, _ = kernels.flash_forward(q, k, v, False, 16, 16)
     with checking.emulate_tf32():
         tf32, _ = kernels.flash_forward(q, k, v, False, 16, 16)
+    with checking.emulate_tf32(rounding="nearest"):
+        nearest, _ = kernels.flash_forward(q, k, v, False, 16, 16)
     again, _ = kernels.flash_forward(q, k, v, False, 16, 16)
     err = lambda o: float((o.double() - want).abs().max())   # noqa: E731
     assert err(exact) < 2e-6 and err(again) == err(exact)
-    assert 1e-4 < err(tf32) < 1e-2                      # TF32: 10 mantissa bits in the dots
+    assert 1e-4 < err(nearest) < err(tf32) < 1e-2       # TF32: 10 mantissa bits in the dots
 
 
 # --------------------------------------------------------------------------- GPU benchmark's check

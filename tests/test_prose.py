@@ -129,3 +129,105 @@ def test_exercise_text_states_the_registry_signature(exercise):
     assert f"`{exercise.signature}`" in text, (
         f"{path.name}: the text above the {exercise.id} starter does not quote the registry's "
         f"signature `{exercise.signature}`")
+
+
+# ----------------------------------------------------------------------------- attribution
+#
+# Each idea is credited to the paper that introduced it (issue 42). These pin the corrections so
+# that a later edit cannot bring the old claims back.
+
+BIB = (ROOT / "references.bib").read_text(encoding="utf-8")
+CITE = re.compile(r"\{cite(?::\w+)?\}`([^`]+)`")
+
+
+def _bib_years() -> dict[str, str]:
+    years = {}
+    for entry in re.split(r"\n(?=@)", BIB):
+        key = re.match(r"@\w+\{([^,\s]+),", entry.strip())
+        year = re.search(r"\byear\s*=\s*\{(\d{4})\}", entry)
+        if key and year:
+            years[key.group(1)] = year.group(1)
+    return years
+
+
+def _all_prose() -> dict[str, str]:
+    return {p.name: _prose(p) for p in sorted(BOOK.glob("*.ipynb")) + sorted(BOOK.glob("*.md"))}
+
+
+def _bullet(text: str, start: str) -> str:
+    """The markdown list item that begins with ``start`` (up to the next item or blank line)."""
+    i = text.index(start)
+    end = re.search(r"\n(?:\* |\s*\n)", text[i + len(start):])
+    return text[i:i + len(start) + (end.start() if end else len(text))]
+
+
+def test_a_year_written_after_a_citation_agrees_with_the_bibliography():
+    # "{cite}`dao2023flashattention2` (2023)" rendered as "(Dao, 2024) (2023)"
+    years = _bib_years()
+    assert years["dao2023flashattention2"] == "2024" and len(years) > 40
+    follows = re.compile(CITE.pattern + r"\s*\((\d{4})\)")
+    wrong = [(page, keys, year) for page, text in _all_prose().items()
+             for keys, year in follows.findall(text)
+             if any(years.get(k.strip()) != year for k in keys.split(","))]
+    assert not wrong, wrong
+
+
+def test_flashattention_1_is_not_credited_with_tiled_exact_attention_with_recomputation():
+    ch08 = _prose(BOOK / "08_flash.ipynb")
+    fa1 = _bullet(ch08, "* **FlashAttention** {cite}`dao2022flashattention`")
+    assert "rabe2021self" in fa1 and "IO-aware" in fa1        # Rabe & Staats first; FA-1 the kernel
+    for page, text in _all_prose().items():
+        for sentence in re.split(r"(?<=[.!?])\s", text):
+            if "dao2022flashattention" in sentence or "FlashAttention-1" in sentence:
+                assert not re.search(r"introduced[^.]*(tiled|exact|recomputation)", sentence), (
+                    page, sentence)
+
+
+def test_the_two_kernel_backward_is_not_credited_to_flashattention_2():
+    ch09 = _prose(BOOK / "09_flash_triton.ipynb")
+    for page, text in _all_prose().items():
+        assert not re.search(r"FlashAttention-2 (splits|backward)", text), page
+    titles = [e.title for e in EXERCISES if e.chapter == "09_flash_triton"]
+    assert titles and not any("FlashAttention-2 backward" in t for t in titles)
+    split = next(p for p in re.split(r"\n\s*\n", ch09) if "no atomics" in p and "dK" in p)
+    fa2 = [s for s in re.split(r"(?<=[.!?])\s", split) if "dao2023flashattention2" in s]
+    assert fa2 and "atomic adds" in " ".join(fa2)          # what FlashAttention-2 does instead
+
+
+def test_the_h200_lead_over_flashattention_2_is_not_claimed_for_the_algorithm():
+    ch09 = _prose(BOOK / "09_flash_triton.ipynb")
+    lead = next(p for p in re.split(r"\n\s*\n", ch09) if "beats torch's `flash` backend" in p)
+    assert "wgmma" in lead and "mma.sync" in lead and "did not profile" in lead
+
+
+def test_tf32_is_said_to_truncate_on_the_gpu():
+    ch09 = _prose(BOOK / "09_flash_triton.ipynb")
+    assert "triton_issue4574" in ch09 and "$2^{-10}$" in ch09
+    assert "as the GPU's\n`cvt.rna" not in ch09 and "as the GPU's `cvt.rna" not in ch09
+
+
+def test_rope_scaling_methods_are_credited_to_their_sources():
+    ch05 = _prose(BOOK / "05_positions.ipynb")
+    ntk = _bullet(ch05, "* **NTK-aware scaling**")
+    assert "bloc97_2023ntk" in ntk and "emozilla2023dynamic" in ntk
+    # the factor sℓ/M − (s − 1) is transformers', not YaRN's (YaRN §3.3 uses max(1, ℓ/M))
+    assert "Hugging Face" in ntk
+    if "peng2024yarn" in ntk:
+        assert r"\max(1, \ell/M)" in ntk
+
+
+def test_flashattention_utilisation_figures_are_the_papers():
+    ch08 = _prose(BOOK / "08_flash.ipynb")
+    assert not re.search(r"50\s*[–-]\s*73\s*%", ch08)
+    assert "740 TFLOP/s in FP16" in ch08 and "up to 63% in the backward" in ch08
+    assert "about 75% of the H100's bf16 peak" not in ch08
+
+
+@pytest.mark.parametrize(("page", "claim"), [
+    ("11_flex_attention.ipynb", "no single key can take all the weight"),   # capping bounds scores
+    ("11_flex_attention.ipynb", "Compiled flex wins even for the causal mask"),  # not vs is_causal
+    ("08_flash.ipynb", "The naive path is memory-bound"),                  # float32 CUDA cores
+    ("09_flash_triton.ipynb", "each query averages fewer keys"),           # bf16 output rounding
+])
+def test_retired_false_claims_stay_retired(page, claim):
+    assert claim not in _prose(BOOK / page).replace("\n", " ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,9 +25,18 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
     return _render(columns, [[_cell(r[c], fmt) for c in columns] for r in rows])
 
 
+_PIPE = re.compile(r"(?<!\\)\|")
+
+
+def _escape(cell: str) -> str:
+    """A cell's ``|`` escaped (``\\|``), so that ``max |diff|`` stays one cell; an escaped one is
+    kept. Jupyter, GitHub and the book (markdown-it) all show ``\\|`` as ``|``, in code too."""
+    return _PIPE.sub(r"\\|", cell)
+
+
 def _render(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
+    lines = ["| " + " | ".join(map(_escape, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(_escape, row)) + " |" for row in body]
     return "\n".join(lines)
 
 

@@ -236,20 +236,26 @@ def cliff_rows(records: list[dict[str, Any]], caches: dict[str, int], naive: str
     return rows
 
 
-def cliff_summary(rows: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Compare :func:`cliff_rows` inside and beyond the caches; None if the sweep did not
-    straddle them. ``fast``/``slow``: best naive GFLOP/s with the working set in cache / worst
-    beyond; ``os_in``/``os_out``: share of CPU time in the OS kernel (least in cache / at the
-    largest n); ``user_fast``/``user_slow``: the same rates on user time only."""
-    inside = [r for r in rows if r["fits in"] in ("L2", "L3")]
-    beyond = [r for r in rows if r["fits in"] == "DRAM"]
-    if not inside or not beyond:
+def os_time_summary(rows: list[dict[str, Any]], share: float = 0.5) -> dict[str, Any] | None:
+    """Split :func:`cliff_rows` at the first n where the naive path spends at least ``share`` of
+    its CPU time in the OS kernel (fresh pages for its temporaries); None if the first row is
+    already there or no row gets there.
+
+    ``n_jump``, ``working_jump``, ``fits_jump``: that n, its working set and the cache level that
+    holds it; ``os_before``/``os_jump``: the largest share before it and the share at it;
+    ``fast``/``slow``: the best naive GFLOP/s (CPU time) before it / from it on;
+    ``user_before``/``user_after``: the same on user time only."""
+    jump = next((i for i, r in enumerate(rows) if r["kernel share"] >= share), None)
+    if not jump:                                  # None, or 0: nothing to compare with
         return None
-    return {"fast": max(r["naive"] for r in inside), "slow": min(r["naive"] for r in beyond),
-            "os_in": min(r["kernel share"] for r in inside),
-            "os_out": beyond[-1]["kernel share"], "n_out": beyond[-1]["n"],
-            "user_fast": max(r["naive user-only"] for r in inside),
-            "user_slow": min(r["naive user-only"] for r in beyond)}
+    before, after = rows[:jump], rows[jump:]
+    return {"n_jump": rows[jump]["n"], "working_jump": rows[jump]["working set"],
+            "fits_jump": rows[jump]["fits in"],
+            "os_before": max(r["kernel share"] for r in before),
+            "os_jump": rows[jump]["kernel share"],
+            "fast": max(r["naive"] for r in before), "slow": max(r["naive"] for r in after),
+            "user_before": max(r["naive user-only"] for r in before),
+            "user_after": max(r["naive user-only"] for r in after)}
 
 
 def matmul_fractions(bench: dict[str, Any], impls: Sequence[str] = ("reference", "torch"),

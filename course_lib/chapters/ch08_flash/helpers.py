@@ -19,6 +19,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 #: dense BF16 tensor-core throughput and HBM3 bandwidth).
 H100_BF16_FLOPS = 989.4e12
 H100_HBM_BYTES_PER_S = 3.35e12
+#: NVIDIA H200 SXM datasheet, for reading the committed H200 runs: float32 on the CUDA cores (no
+#: tensor cores: what float32 matmuls run on unless TF32 is allowed) and HBM3e bandwidth.
+H200_FP32_FLOPS = 67e12
+H200_HBM_BYTES_PER_S = 4.8e12
 #: NVIDIA H100 SXM5 spec sheet / architecture whitepaper: 50 MB of L2 cache shared by the whole
 #: chip, 132 SMs, up to 228 KB of shared memory (on-chip SRAM) per SM.
 H100_L2_BYTES = 50 * 10**6

@@ -20,8 +20,9 @@ of ``triton.runtime.interpreter``, for every kernel launched in this process, le
   collected, so that a Triton exercise passes only if its result was written by a kernel.
 - **tl.dot shapes**: the GPU's minimum K (16 for 16-bit inputs, 8 for float32), which the
   interpreter switches off.
-- **TF32** (an option, :func:`emulate_tf32`): float32 ``tl.dot`` inputs rounded to TF32, as an
-  NVIDIA GPU does unless ``input_precision="ieee"``.
+- **TF32** (an option, :func:`emulate_tf32`): float32 ``tl.dot`` inputs cut to TF32, as an
+  NVIDIA GPU does with Triton's ``input_precision="tf32"`` (the tensor core ignores the 13 low
+  mantissa bits: truncation); ``rounding="nearest"`` rounds them instead.
 - **speed**: a device-function call (``tl.max``, ``tl.sum`` and a kernel's own ``@triton.jit``
   helpers are all device functions) skips the interpreter's re-patching of ``triton.language``
   when the running launch has already patched the same modules (the patch is the same each
@@ -328,28 +329,41 @@ def _check_source(fn: Any) -> None:
 # --------------------------------------------------------------------------- TF32
 
 
-#: Whether float32 tl.dot inputs are rounded to TF32 (see :func:`emulate_tf32`).
-_TF32 = [False]
+#: How float32 tl.dot inputs become TF32 (see :func:`emulate_tf32`): None while off.
+_TF32: list[str | None] = [None]
+#: The two ways a float32 becomes a TF32 (see :func:`to_tf32`).
+TF32_ROUNDINGS = ("truncate", "nearest")
 
 
-def to_tf32(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to TF32: 10 explicit mantissa bits (of 23), round to nearest with
-    ties away from zero, as ``cvt.rna.tf32.f32`` does on an NVIDIA GPU; exponent range unchanged."""
+def to_tf32(x: np.ndarray, rounding: str = "truncate") -> np.ndarray:
+    """float32 values cut to TF32: 10 explicit mantissa bits (of 23), exponent range unchanged.
+
+    ``"truncate"`` (the default) zeroes the 13 low mantissa bits, what an NVIDIA tensor core does
+    with the float32 registers Triton hands it under ``input_precision="tf32"``: unit round-off
+    2^-10. ``"nearest"`` rounds to nearest with ties away from zero, what the PTX instruction
+    ``cvt.rna.tf32.f32`` does (Triton emits it only for ``"tf32x3"``): unit round-off 2^-11.
+    """
+    if rounding not in TF32_ROUNDINGS:
+        raise ValueError(f"rounding must be one of {TF32_ROUNDINGS}, got {rounding!r}")
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     finite = (bits & 0x7F800000) != 0x7F800000
-    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
-    return rounded.astype(np.uint32).view(np.float32)
+    carry = np.uint32(0x1000) if rounding == "nearest" else np.uint32(0)
+    cut = np.where(finite, (bits + carry) & np.uint32(0xFFFFE000), bits)
+    return cut.astype(np.uint32).view(np.float32)
 
 
 @contextlib.contextmanager
-def emulate_tf32(enabled: bool = True) -> Iterator[None]:
-    """Inside: every float32 ``tl.dot`` whose ``input_precision`` is not ``"ieee"`` rounds its
-    inputs to TF32 first, as an NVIDIA GPU (Ampere or later) does by default; the products are
-    then exact and accumulate in float32. ``exercises.check`` inside it runs the learner's kernel
-    that way too (the worker is forked from this process), so the check shows the error the
-    kernel will have on a GPU."""
+def emulate_tf32(enabled: bool = True, rounding: str = "truncate") -> Iterator[None]:
+    """Inside: every float32 ``tl.dot`` whose ``input_precision`` is not ``"ieee"`` or
+    ``"tf32x3"`` cuts its inputs to TF32 first (:func:`to_tf32` with ``rounding``; the default,
+    truncation, is what an NVIDIA GPU from Ampere on does with Triton's default precision); the
+    products are then exact and accumulate in float32. ``exercises.check`` inside it runs the
+    learner's kernel that way too (the worker is forked from this process), so the check shows
+    the error the kernel will have on a GPU."""
+    if rounding not in TF32_ROUNDINGS:
+        raise ValueError(f"rounding must be one of {TF32_ROUNDINGS}, got {rounding!r}")
     before = _TF32[0]
-    _TF32[0] = enabled
+    _TF32[0] = rounding if enabled else None
     try:
         yield
     finally:
@@ -359,11 +373,13 @@ def emulate_tf32(enabled: bool = True) -> Iterator[None]:
 def _tf32_inputs(lhs: Any, rhs: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
     precision = kwargs.get("input_precision", args[1] if len(args) > 1 else None)
     precision = getattr(precision, "value", precision)
-    if not _TF32[0] or str(precision).lower() in ("ieee", "tf32x3") \
+    rounding = _TF32[0]
+    if rounding is None or str(precision).lower() in ("ieee", "tf32x3") \
             or lhs.dtype != tl.float32 or rhs.dtype != tl.float32:
         return lhs, rhs
-    return tuple(tl.core.tensor(_interp.TensorHandle(to_tf32(t.handle.data), t.handle.dtype),
-                                t.type) for t in (lhs, rhs))
+    return tuple(tl.core.tensor(_interp.TensorHandle(to_tf32(t.handle.data, rounding),
+                                                     t.handle.dtype), t.type)
+                 for t in (lhs, rhs))
 
 
 def _min_dot_k(lhs: Any) -> int:

@@ -679,7 +679,8 @@ def _bwd_oracle(q, k, v, out, lse, dout, is_causal=False):
 def triton_flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                           lse: torch.Tensor, dout: torch.Tensor, is_causal: bool = False
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """FlashAttention-2 backward: ``(dq, dk, dv)`` from Triton kernels, P recomputed from lse."""
+    """The backward pass: ``(dq, dk, dv)`` from Triton kernels (dK, dV per key block, then dQ per
+    query block, no atomics), P recomputed from lse."""
     B, H, L, E = q.shape
     S = k.shape[-2]
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
@@ -720,7 +721,7 @@ TRITON_FLASH_BACKWARD = Exercise(
     extension=_launch_check("dq", "dk", "dv"),
     time_limit_note=_time_note(TIME_LIMITS["triton_flash_backward"]),
     allowed_course_calls=(CHECKING,),
-    title="The FlashAttention-2 backward kernels",
+    title="The backward kernels: dK and dV per key block, dQ per query block",
     signature=("triton_flash_backward(q, k, v, out, dout (B, H, L, E) float32, lse (B, H, L), "
                "is_causal=False) -> (dq, dk, dv)"),
     params=("q", "k", "v", "out", "lse", "dout", "is_causal"),

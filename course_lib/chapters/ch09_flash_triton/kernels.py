@@ -146,14 +146,15 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     return out, lse
 
 
-# --------------------------------------------------------------------------- backward (FA-2)
+# --------------------------------------------------------------------------- backward
 #
 # With P = softmax(S), S = Q Kᵀ / √E, and D = rowsum(dO ∘ O) (= rowsum(P ∘ dP), chapter 8):
 #   dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − D),   dQ = dS K / √E,   dK = dSᵀ Q / √E.
 # Each tile's P is recomputed from the saved lse: P = exp(S − lse) = exp2(S·log2 e − lse·log2 e).
 # Two kernels, so that no two programs write the same block (no atomics): one program per key
 # block accumulates dK and dV over the query blocks; one per query block accumulates dQ over the
-# key blocks.
+# key blocks (the split of Triton's fused-attention tutorial; FlashAttention-2 instead runs one
+# program per key block that adds its dQ tiles into a float32 buffer with atomic adds).
 
 
 @triton.jit

@@ -63,9 +63,15 @@ def program_grid(ax: plt.Axes, n: int, block_m: int, batch: int, heads: int) -> 
 
 
 def tf32_errors(ax: plt.Axes, blocks: list[int], fp32: list[float], tf32: list[float],
-                bound: float) -> None:
-    """Max error of the kernel's output against float64, per tile size, float32 vs TF32 dots."""
-    ax.semilogy(blocks, tf32, "o-", color=COLOURS[3], label="TF32 dots (a GPU's default)")
+                bound: float, tf32_nearest: list[float] | None = None) -> None:
+    """Max error of the kernel's output against float64, per tile size: float32 dots, TF32 dots
+    truncated (what the GPU does with Triton's default precision) and, if given, TF32 dots
+    rounded to nearest."""
+    ax.semilogy(blocks, tf32, "o-", color=COLOURS[3],
+                label="TF32 dots, truncated (a GPU's default)")
+    if tf32_nearest is not None:
+        ax.semilogy(blocks, tf32_nearest, "^:", color=COLOURS[2],
+                    label="TF32 dots, rounded to nearest")
     ax.semilogy(blocks, fp32, "s-", color=COLOURS[1], label='float32 dots (input_precision="ieee")')
     ax.axhline(bound, color="0.4", ls="--", lw=1, label=f"the chapter's float32 bound {bound:g}")
     ax.set_xscale("log", base=2)
