@@ -46,7 +46,9 @@ def test_the_toc_notebooks_in_order_and_the_configured_timeout(tmp_path):
     assert book_execute.cell_timeout(ROOT) == yaml.safe_load(
         (ROOT / "_config.yml").read_text())["execute"]["timeout"]
     chapters = book_execute.toc_notebooks(ROOT)
-    assert len(chapters) == 12 and chapters[0].name == "01_library_analogy.ipynb"
+    # every chapter notebook of book/, in _toc.yml's order (which is their numbering)
+    assert [c.name for c in chapters] == sorted(p.name for p in (ROOT / "book").glob(
+        "[0-9][0-9]_*.ipynb")) and chapters[0].name == "01_library_analogy.ipynb"
 
 
 @pytest.mark.slow
@@ -77,3 +79,18 @@ def test_a_chapter_that_raises_fails_with_its_traceback(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert "FAILED book/two.ipynb" in err and "chapter two is broken" in err
     assert "FAILED book/one.ipynb" not in err
+
+
+def test_the_kernel_talks_over_unix_sockets_without_the_tcp_warning(tmp_path, capfd,
+                                                                     monkeypatch):
+    """The chapters' kernels use IPC transport: no TCP port, and no "Kernel is running over TCP
+    without encryption" warning from each kernel on the build's terminal (issue 45, item 10)."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    root = _book(tmp_path, "1")
+    km = book_execute.SlicedPollingKernelManager()
+    assert km.transport == "ipc"
+    executed, traceback, _ = book_execute.run_chapter(root / "book" / "one.ipynb", 60)
+    assert traceback is None
+    assert nbformat.reads(executed, as_version=4).cells[0].outputs[0]["text"] == "42\n"
+    captured = capfd.readouterr()
+    assert "without encryption" not in captured.err + captured.out

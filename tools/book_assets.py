@@ -9,7 +9,8 @@ Used two ways:
     ``_build/html/mathjax/`` and ``mathjax_path`` points there;
   - ``html-page-context``: removes the Font Awesome 4 ``<link>`` that matplotlib's
     ``FuncAnimation.to_jshtml`` embeds (a CDN load); the theme's own local Font Awesome draws the
-    player's button icons;
+    player's button icons; the bibliography's entries become ``role="listitem"`` of their
+    ``role="list"`` (sphinxcontrib-bibtex's deprecated ``doc-biblioentry`` fails axe);
   - ``build-finished``: scans every written HTML page and emits a warning (an error under
     ``-W``) for any ``<script src>``/``<link href>``/``<img src>`` that loads from a remote host,
     or for a missing local MathJax.
@@ -36,6 +37,9 @@ MATHJAX_ENTRY = "tex-chtml.js"
 _FA_LINK = re.compile(
     r"<link\s+rel=\"stylesheet\"\s+href=\"https?://[^\"]*font-awesome[^\"]*\"\s*/?>", re.I
 )
+
+
+_BIBLIOENTRY = 'role="doc-biblioentry"'
 
 
 def vendor_mathjax(src: Path = MATHJAX_SRC, dst: Path = MATHJAX_DST) -> Path:
@@ -111,6 +115,11 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
     body = context.get("body")
     if body and "font-awesome" in body:
         context["body"] = _FA_LINK.sub("", body)
+    body = context.get("body")
+    if body and _BIBLIOENTRY in body:
+        # sphinxcontrib-bibtex 2.7 puts role="doc-biblioentry" (deprecated in ARIA 1.2) on the
+        # entries of a role="list": axe's aria-required-children (critical) wants listitems.
+        context["body"] = body.replace(_BIBLIOENTRY, 'role="listitem"')
     # Live code (thebe) is off (launch_buttons.thebe: false), but sphinx-thebe, a default JB
     # extension, still injects its loader (twice, which throws a redeclaration error) and the
     # URL of thebe on unpkg. Drop it; Binder/Colab/JupyterHub launch buttons are plain links.

@@ -17,9 +17,12 @@ the live timings a published book shows were measured with no other chapter runn
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
+import tempfile
 import time
+import uuid
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from jupyter_cache.base import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import CaselessStrEnum
 
 from course_lib.toolkit.kernel_polling import poll_shell_in_slices
 
@@ -70,7 +74,19 @@ class SlicedPollingKernelManager(AsyncKernelManager):
     """nbclient's kernel manager, whose clients wait for shell replies in 1 s polls
     (``course_lib.toolkit.kernel_polling``): given to the ``NotebookClient`` that jupyter-cache
     creates as its ``kernel_manager_class``, so the client still starts and shuts down its own
-    kernel."""
+    kernel.
+
+    The kernel talks to this process over Unix-domain sockets (``transport="ipc"``, files beside
+    the kernel's connection file, readable by this user only), not TCP on 127.0.0.1: nothing
+    crosses a network port, and ipykernel no longer warns, once per chapter, that its TCP channel
+    is unencrypted (``IPKernelApp WARNING | Kernel is running over TCP without encryption``)."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    def _ip_default(self) -> str:
+        # The sockets' path prefix: short (a Unix socket's path has at most 107 bytes, which a
+        # socket beside a connection file in a deep runtime folder can exceed), unique per kernel.
+        return os.path.join(tempfile.gettempdir(), f"course-kernel-{uuid.uuid4().hex[:12]}")
 
     def client(self, **kwargs: Any) -> AsyncKernelClient:
         kc = super().client(**kwargs)

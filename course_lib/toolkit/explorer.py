@@ -9,6 +9,8 @@ slider in the HTML actually changes what is shown. ``draw`` is what the tests ca
 from __future__ import annotations
 
 import functools
+import html as html_lib
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -26,6 +28,81 @@ LIVE_FALLBACK = "Run this cell to show the live explorer."
 # The book's players are drawn so that their smallest text is at least this many pixels high at the
 # image's own size; on a phone the frame keeps that size and scrolls sideways (course.css).
 PLAYER_MIN_TEXT_PX = 10.5
+
+# What the player adds to matplotlib's jshtml (no autoplay: it starts on its first frame, paused):
+# the frame image's text alternative follows the frame shown (the slider's aria-valuetext too),
+# and under prefers-reduced-motion the buttons that animate (play, play backwards, speed, loop
+# mode) are hidden, leaving the slider and the step buttons.
+_PLAYER_STYLE = """<style>
+.course-player button:focus-visible, .course-player input:focus-visible {
+  outline: 3px solid #0072B2; outline-offset: 2px; }
+@media (prefers-reduced-motion: reduce) {
+  .course-player button[aria-label="Play"], .course-player button[aria-label="Play backwards"],
+  .course-player button[aria-label="Pause"], .course-player button[aria-label="Decrease speed"],
+  .course-player button[aria-label="Increase speed"], .course-player .anim-state {
+    display: none; }
+}
+</style>"""
+_PLAYER_SCRIPT = """<script>
+(function () {
+  var alts = %(alts)s, values = %(values)s;
+  var img = document.getElementById("_anim_img%(id)s");
+  var slider = document.getElementById("_anim_slider%(id)s");
+  function describe() {
+    var i = Math.max(0, Math.min(alts.length - 1, parseInt(slider.value, 10) || 0));
+    img.setAttribute("alt", alts[i]);
+    slider.setAttribute("aria-valuetext", values[i]);
+  }
+  new MutationObserver(describe).observe(img, {attributes: true, attributeFilter: ["src"]});
+  slider.addEventListener("input", describe);
+  describe();
+})();
+</script>"""
+
+
+def _plain(text: str) -> str:
+    """Figure text as words: mathtext's ``$`` and backslashes out, lines joined."""
+    text = re.sub(r"\\(mathrm|mathbf|mathit|text)\{([^}]*)\}", r"\2", text)
+    text = text.replace("$", "").replace("\\", "")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _tallest_bar(ax: plt.Axes) -> str:
+    """", tallest bar cat (0.97)" for a bar chart whose bars carry the x tick labels, else ""."""
+    from matplotlib.container import BarContainer
+
+    ticks = [_plain(t.get_text()) for t in ax.get_xticklabels()]
+    for c in ax.containers:
+        if isinstance(c, BarContainer) and len(c.patches) == len(ticks) and any(ticks):
+            heights = [p.get_height() for p in c.patches]
+            k = max(range(len(heights)), key=lambda i: heights[i])
+            return f", tallest bar {ticks[k]} ({heights[k]:.2g})"
+    return ""
+
+
+def figure_summary(fig: plt.Figure) -> str:
+    """What a drawn figure's own text says: its title, then per panel the title, the axes'
+    labels and the legend's entries ("softmax(x / T), entropy 1.23 nats: x token, y
+    probability"). The fallback text alternative of a player's frame (:attr:`Explorer.describe`
+    gives a better one)."""
+    parts = []
+    if getattr(fig, "_suptitle", None) is not None and fig._suptitle.get_text().strip():
+        parts.append(_plain(fig._suptitle.get_text()))
+    for ax in fig.axes:
+        if not ax.get_visible() or ax.get_label() == "<colorbar>":
+            continue
+        title = _plain(" ".join(t.get_text() for t in (ax.title, ax._left_title, ax._right_title)
+                                if t.get_text().strip()))
+        axes = ", ".join(f"{name} {_plain(lab)}" for name, lab in
+                         (("x", ax.get_xlabel()), ("y", ax.get_ylabel())) if lab.strip())
+        legend = ax.get_legend()
+        entries = ", ".join(_plain(t.get_text()) for t in legend.get_texts()) if legend else ""
+        panel = ": ".join(p for p in (title or "panel", axes) if p)
+        if entries:
+            panel += f" (legend: {entries})"
+        panel += _tallest_bar(ax)
+        parts.append(panel)
+    return "; ".join(parts)
 
 
 @functools.cache
@@ -69,7 +146,10 @@ class Explorer:
     """Controls + a ``draw(fig, **params)`` function.
 
     ``animate`` names the control the book's player sweeps (the others stay at their defaults);
-    ``frames`` may instead list the exact parameter dicts the player shows.
+    ``frames`` may instead list the exact parameter dicts the player shows. ``describe``: the
+    text alternative of one frame, from its parameters (what the frame shows, for a reader who
+    cannot see it); without it, the frame's parameters and its figure's own text
+    (:func:`figure_summary`).
     """
 
     draw: Callable[..., None]
@@ -79,6 +159,7 @@ class Explorer:
     figsize: tuple[float, float] = (8.0, 3.5)
     interval_ms: int = 600
     dpi: int = 72
+    describe: Callable[[dict[str, Any]], str] | None = None
 
     def defaults(self) -> dict[str, Any]:
         return {name: c.default for name, c in self.controls.items()}
@@ -112,26 +193,72 @@ class Explorer:
         px)."""
         return max(self.dpi, math.ceil(72 * PLAYER_MIN_TEXT_PX / self.smallest_text_pt()))
 
+    def frame_values(self) -> list[str]:
+        """Per player frame, the parameters that change across the frames ("T = 0.5"): the
+        slider's spoken value and the start of the frame's text alternative."""
+        frames = self.player_frames()
+        varying = [n for n in self.controls if len({repr(f[n]) for f in frames}) > 1]
+        def text(v: Any) -> str:
+            return f"{v:g}" if isinstance(v, float) else _plain(str(v))
+
+        return [", ".join(f"{self.controls[n].label} = {text(f[n])}" for n in varying)
+                or f"frame {i + 1}" for i, f in enumerate(frames)]
+
+    def frame_alt(self, fig: plt.Figure, params: dict[str, Any], value: str) -> str:
+        """The text alternative of one frame: ``describe(params)`` if given, else the frame's
+        parameters and :func:`figure_summary` of its figure."""
+        if self.describe is not None:
+            text = self.describe(params)
+        else:
+            text = figure_summary(fig)
+        return f"{value}. {text}" if text else value
+
     def player_html(self) -> str:
         """A self-contained HTML/JS player (slider + buttons) over precomputed frames, wrapped in
-        ``<div class="course-player" data-min-text-px=...>`` (the smallest text at natural size)."""
+        ``<div class="course-player" data-min-text-px=...>`` (the smallest text at natural size).
+
+        Accessible: it does not play by itself; the slider is named by the animated control's
+        label and speaks each frame's value; the frame image's ``alt`` follows the frame
+        (:meth:`frame_alt`); under ``prefers-reduced-motion`` only the slider and the step
+        buttons show. matplotlib's buttons already carry names (``aria-label``)."""
         frames = self.player_frames()
+        values = self.frame_values()
         dpi = self.player_dpi()
         min_px = self.smallest_text_pt() * dpi / 72
         fig = plt.figure(figsize=self.figsize, dpi=dpi)
+        alts: dict[int, str] = {}
 
         def update(i: int):
             fig.clear()
             self.draw(fig, **frames[i])
+            alts[i] = self.frame_alt(fig, frames[i], values[i])
             return []
 
         anim = FuncAnimation(fig, update, frames=len(frames), interval=self.interval_ms,
                              blit=False, repeat=False)
         html = anim.to_jshtml(default_mode="once")
         plt.close(fig)
-        html = re.sub(r'(<img id="_anim_img\w+">)', r'<div class="course-player-frame">\1</div>',
-                      html, count=1)
-        return f'<div class="course-player" data-min-text-px="{min_px:.1f}">{html}</div>'
+        alt_list = [alts.get(i, values[i]) for i in range(len(frames))]
+        m = re.search(r'<img id="_anim_img(\w+)">', html)
+        if m is None:
+            raise RuntimeError("matplotlib's jshtml has no frame image (<img id=\"_anim_img...\">)")
+        uid = m.group(1)
+        names = [self.controls[n].label for n in self.controls
+                 if len({repr(f[n]) for f in frames}) > 1]
+        slider_name = html_lib.escape("frame: " + ", ".join(names) if names else "frame",
+                                      quote=True)
+        img = (f'<div class="course-player-frame"><img id="_anim_img{uid}" '
+               f'alt="{html_lib.escape(alt_list[0], quote=True)}"></div>')
+        html = html.replace(m.group(0), img, 1)
+        html = html.replace(f'<input id="_anim_slider{uid}" type="range"',
+                            f'<input id="_anim_slider{uid}" type="range" '
+                            f'aria-label="{slider_name}"', 1)
+        # "</" inside the JSON cannot end the script element early
+        script = _PLAYER_SCRIPT % {"alts": json.dumps(alt_list).replace("</", "<\\/"),
+                                   "values": json.dumps(values).replace("</", "<\\/"),
+                                   "id": uid}
+        return (f'<div class="course-player" data-min-text-px="{min_px:.1f}">{_PLAYER_STYLE}'
+                f'{html}{script}</div>')
 
     def live(self):
         """Live ipywidgets: one widget per control, the figure redrawn on every change."""

@@ -3,6 +3,13 @@
 Figures use an opaque white background and mid-saturation colours so they read the same on the
 book's light and dark themes. Topic-specific figures live in
 ``course_lib.chapters.<chapter>.plots``.
+
+Colour: one colour-blind-safe palette for the whole book, Okabe and Ito's (2008, "Color Universal
+Design"), without its yellow (too light on white). :data:`PALETTE` is the style's colour cycle,
+each colour paired with its own line style (:data:`LINESTYLES`), so lines that differ by colour
+also differ by dash pattern; name colours from :data:`OKABE_ITO`. Heatmaps use viridis
+(perceptually uniform, readable in the common colour-vision deficiencies). ``tests/test_palette.py``
+checks the palette stays distinguishable under simulated deuteranopia and protanopia.
 """
 
 from __future__ import annotations
@@ -12,6 +19,22 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from cycler import cycler
+
+#: Okabe & Ito's colour-blind-safe colours, by name (yellow #F0E442 left out: 1.3:1 on white).
+OKABE_ITO = {
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "bluish green": "#009E73",
+    "reddish purple": "#CC79A7",
+    "orange": "#E69F00",
+    "sky blue": "#56B4E9",
+    "black": "#000000",
+}
+#: The style's colour cycle, in this order (the first colours have the most contrast on white).
+PALETTE = tuple(OKABE_ITO.values())
+#: One line style per palette colour: the n-th line of a plot differs by colour and by dash.
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)))
 
 COURSE_STYLE = {
     "figure.facecolor": "white",
@@ -24,6 +47,8 @@ COURSE_STYLE = {
     "axes.titlesize": 11,
     "axes.labelsize": 10,
     "figure.dpi": 80,
+    "axes.prop_cycle": cycler(color=list(PALETTE)) + cycler(linestyle=list(LINESTYLES)),
+    "image.cmap": "viridis",
 }
 
 

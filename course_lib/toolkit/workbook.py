@@ -8,16 +8,21 @@ notebook ``NN_name.ipynb`` of the book into a learner copy:
 * the outputs of the code cells in the "Exercises" section are cleared (a fresh check shows
   "Not attempted yet." until the learner writes code);
 * the test scaffolding goes: the first-line comments that tell nbval why a cell's output is not
-  compared ("# machine-dependent ...", "# output not compared by nbval ...") are dropped (the
-  ``nbval-ignore-output`` tag keeps the fact), and stored widget views, which no kernel backs
-  after a reload, become the explorer's line "Run this cell to show the live explorer.";
+  compared are dropped ("# output not compared by nbval ...") or keep only what a reader needs
+  ("# machine-dependent: live timings of this CPU"; :func:`for_readers`, which the HTML book
+  applies too; the ``nbval-ignore-output`` tag keeps the fact), and stored widget views, which
+  no kernel backs after a reload, become the explorer's line "Run this cell to show the live
+  explorer.";
 * the Markdown reads like the book in JupyterLab with ``jupyterlab-myst`` (installed by
   ``make lab``), which renders admonitions, dropdowns, section labels ``(sec-x)=``, numbered
   ``{math}`` and ``{eq}``/``{ref}``/``{numref}`` references within the notebook. The writer
   converts what it cannot know in a lone notebook (:func:`markdown_for_lab`): labelled display
   equations get the book's numbers ("(8.4)"), citations become "Dao et al. (2022)" linked to the
-  book's bibliography, glossary terms, other chapters and their equations become links to the
-  book's pages, figure numbers the book's "Fig. 1.2".
+  book's bibliography, glossary terms links to the book's glossary, other chapters and their
+  equations links to the learner's own copies beside this one ("08_flash.ipynb"), figure numbers
+  the book's "Fig. 1.2";
+* each figure keeps its caption and number: a Markdown cell after the figure's code cell says
+  "**Fig. 1.2.** ..." as the book does.
 
 Each copy records, in its metadata (``course_lib.workbook``), the SHA-256 of the cell sources it
 was written with. A later run replaces a copy only while its cells are unchanged (a new version of
@@ -47,8 +52,20 @@ METADATA_KEY = "course_lib"
 _DEFINES_SOLUTION = re.compile(r"^\s*def \w+_solution\s*\(", re.M)
 _ROLE = re.compile(r"\{(?P<role>[a-z][\w:-]*)\}`(?P<text>[^`]+)`")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$", re.M)
-# Test scaffolding the book keeps for nbval (README "Notebook outputs"), not for the learner.
-_NBVAL_COMMENT = re.compile(r"^# (machine-dependent|output not compared by nbval)\b.*(\n|$)")
+# Test scaffolding the notebooks keep for nbval (README "Notebook outputs"): a first-line comment
+# saying why a cell's output is not compared. Readers (the HTML book, the workbook) see
+# :func:`for_readers`'s wording instead.
+_NBVAL_COMMENT = re.compile(r"^# output not compared by nbval\b.*(\n|$)")
+_MACHINE_DEPENDENT = re.compile(r"^# machine-dependent \(output not compared by nbval\)")
+
+
+def for_readers(source: str) -> str:
+    """A code cell's source as readers see it: the test-scaffolding first line for nbval goes
+    ("# output not compared by nbval: widget model ids are new on every run"), and a
+    machine-dependent cell keeps what matters to a reader, without nbval ("# machine-dependent:
+    live timings of this CPU"). The cell's ``nbval-ignore-output`` tag keeps the fact for nbval."""
+    return _MACHINE_DEPENDENT.sub("# machine-dependent", _NBVAL_COMMENT.sub("", source, count=1),
+                                  count=1)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
@@ -115,6 +132,16 @@ def _anchor(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
 
 
+def _link(index: BookIndex, doc: str, anchor: str = "") -> str:
+    """Where a reference to ``doc`` leads from a workbook notebook: another chapter is the
+    learner's own copy beside it (``08_flash.ipynb``, which JupyterLab opens in a tab; a label
+    of the book's HTML means nothing there, so no anchor); a page that is not a notebook of the
+    workbook (the glossary, the bibliography) is the book's page."""
+    if doc in index.chapters:
+        return f"{doc}.ipynb"
+    return index.page_url(doc, anchor)
+
+
 def _cite(keys: str, role: str, index: BookIndex) -> str:
     refs = index.page_url("references")
     parts = []
@@ -145,7 +172,7 @@ def _roles(text: str, index: BookIndex, doc: str) -> str:
             return f"[{shown or body}]({index.page_url('glossary', 'term-' + _anchor(term))})"
         if role == "doc":
             page = target.rsplit("/", 1)[-1]
-            return f"[{shown or index.titles.get(page, page)}]({index.page_url(page)})"
+            return f"[{shown or index.titles.get(page, page)}]({_link(index, page)})"
         known = index.targets.get(target)
         if known is None:
             return shown or target
@@ -153,7 +180,7 @@ def _roles(text: str, index: BookIndex, doc: str) -> str:
         if role == "eq":
             if here:
                 return m.group(0)
-            return f"[({known.number})]({index.page_url(known.doc, 'equation-' + _anchor(target))})"
+            return f"[({known.number})]({_link(index, known.doc, 'equation-' + _anchor(target))})"
         name = {"fig": "Fig.", "sec": "Section", "eq": "Eq."}[known.kind]
         if role == "numref":
             label = shown.replace("%s", known.number).replace("{number}", known.number) \
@@ -164,7 +191,7 @@ def _roles(text: str, index: BookIndex, doc: str) -> str:
             return f"[{label}](#{target})"
         if here:
             return label
-        return f"[{label}]({index.page_url(known.doc, _anchor(target))})"
+        return f"[{label}]({_link(index, known.doc, _anchor(target))})"
 
     return _ROLE.sub(repl, text)
 
@@ -197,16 +224,34 @@ def _fallback_output() -> dict[str, Any]:
 
 
 def _code_cell(cell: dict[str, Any]) -> None:
-    """Drop the nbval first-line comment (the cell's tags keep the fact) and replace stored
+    """Word the nbval first-line comment for readers (:func:`for_readers`) and replace stored
     widget views, dead without their kernel, by the explorer's "run this cell" line."""
     text = _source(cell)
-    stripped = _NBVAL_COMMENT.sub("", text, count=1)
+    stripped = for_readers(text)
     if stripped != text:
         _set_source(cell, stripped)
     outputs = cell.get("outputs", [])
     if any(WIDGET_VIEW in o.get("data", {}) for o in outputs):
         cell["outputs"] = [_fallback_output() if WIDGET_VIEW in o.get("data", {}) else o
                            for o in outputs]
+
+
+def _caption_cell(cell: dict[str, Any], index: BookIndex, doc: str) -> dict[str, Any] | None:
+    """The book's caption of a figure cell (``mystnb: figure: {caption, name}``), numbered as the
+    book numbers it ("**Fig. 1.2.** The weight of each book ..."), as a Markdown cell to follow
+    the figure: the prose's "Fig. 1.2 shows" then points at a figure that says it is Fig. 1.2."""
+    figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+    caption = str(figure.get("caption", "")).strip()
+    if not caption:
+        return None
+    target = index.targets.get(str(figure.get("name", "")))
+    number = f"Fig. {target.number}." if target is not None and target.kind == "fig" else ""
+    text = markdown_for_lab(f"**{number}** {caption}" if number else caption, index, doc)
+    out: dict[str, Any] = {"cell_type": "markdown", "metadata": {METADATA_KEY: {"caption": True}},
+                           "source": text.splitlines(keepends=True)}
+    if "id" in cell:
+        out["id"] = f"{cell['id']}-caption"[:64]
+    return out
 
 
 def _default_index() -> BookIndex:
@@ -249,6 +294,10 @@ def learner_copy(nb: dict[str, Any], name: str = "",
             if in_exercises:
                 cell["outputs"] = []
                 cell["execution_count"] = None
+            caption = _caption_cell(cell, index, doc)
+            if caption is not None:
+                cells += [cell, caption]
+                continue
         cells.append(cell)
     nb["cells"] = cells
     nb.setdefault("metadata", {})[METADATA_KEY] = {"workbook": {

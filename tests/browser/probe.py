@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
@@ -59,15 +60,22 @@ async () => {
     const max = s.max === '' ? 100 : Number(s.max);
     const before = img.getAttribute('src') || '';
     if (!before) { res.push({id: s.id, ok: false, why: 'player shows no frame'}); continue; }
+    const altBefore = img.getAttribute('alt') || '';
     const target = Number(s.value) === max ? min : max;
     s.value = String(target);
     s.dispatchEvent(new Event('input', {bubbles: true}));
     s.dispatchEvent(new Event('change', {bubbles: true}));
     await new Promise(r => setTimeout(r, 100));
     const after = img.getAttribute('src') || '';
-    res.push({id: s.id, ok: after !== '' && after !== before, min, max,
+    const altAfter = img.getAttribute('alt') || '';
+    const named = !!(s.getAttribute('aria-label') || s.labels.length);
+    res.push({id: s.id, ok: after !== '' && after !== before && named && altAfter !== '' &&
+                            altAfter !== altBefore, min, max,
               why: min === max ? 'slider has a single position' :
-                   (after === before ? 'frame image did not change' : '')});
+                   (after === before ? 'frame image did not change' :
+                    (!named ? 'slider has no accessible name' :
+                     (altAfter === altBefore ? 'frame alt text did not follow the frame (' +
+                      JSON.stringify(altAfter.slice(0, 60)) + ')' : '')))});
   }
   return res;
 }
@@ -266,7 +274,8 @@ def check_widgets(page) -> list[str]:
 
 
 def check_players(page) -> list[str]:
-    """Every slider of a jshtml player changes the frame image when moved."""
+    """Every slider of a jshtml player has a name and changes the frame image when moved, and
+    the frame's text alternative follows it."""
     return [f"slider {r['id'] or '(no id)'}: {r['why']}"
             for r in page.evaluate(_PLAYERS_JS) if not r["ok"]]
 
@@ -350,3 +359,106 @@ def check_numbered_sections(page) -> list[str]:
     if not heads:
         return ["no headings found"]
     return [f"{h['tag']} not numbered: {h['text']!r}" for h in heads if not h["numbered"]]
+
+
+# axe-core, pinned in package.json / package-lock.json (installed by `npm ci`, which `make book`
+# runs): injected into the page from node_modules, never from a CDN.
+AXE_JS = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "axe.min.js"
+# The WCAG 2.0 / 2.1 level A and AA rules (axe's tags), the legal bar the README states.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+AXE_FAILING_IMPACTS = ("serious", "critical")
+
+_AXE_RUN_JS = """
+async (tags) => {
+  const r = await axe.run(document, {runOnly: {type: 'tag', values: tags},
+                                     resultTypes: ['violations']});
+  return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                                 nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 3),
+                                 count: v.nodes.length}));
+}
+"""
+
+
+def axe_violations(page) -> list[dict]:
+    """axe-core's WCAG 2.1 A/AA violations on the page as it is now (all impacts): per rule its
+    id, impact, help text, node count and the first three nodes' selectors."""
+    if not AXE_JS.is_file():
+        raise FileNotFoundError(f"{AXE_JS} not found: run `npm ci` (`make book` does) to install "
+                                "axe-core, pinned in package-lock.json")
+    # icon fonts first: axe tells an icon glyph from visible text by drawing it, and a glyph of a
+    # font still loading reads as text (label-content-name-mismatch on icon-only buttons)
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    if not page.evaluate("() => !!window.axe"):
+        page.add_script_tag(content=AXE_JS.read_text(encoding="utf-8"))
+    return page.evaluate(_AXE_RUN_JS, AXE_TAGS)
+
+
+def check_axe(page) -> list[str]:
+    """No serious or critical violation of a WCAG 2.1 A/AA rule (axe-core) on the page."""
+    return [f"axe {v['id']} ({v['impact']}, {v['count']} element(s)): {v['help']}: "
+            + "; ".join(v["nodes"])
+            for v in axe_violations(page) if v["impact"] in AXE_FAILING_IMPACTS]
+
+
+_IMAGE_ALTS_JS = """
+() => {
+  const main = document.querySelector('main') || document.body;
+  return [...main.querySelectorAll('img')].map(img => ({
+    src: (img.getAttribute('src') || '<no src>').slice(0, 80),
+    alt: img.getAttribute('alt'),
+    decorative: img.getAttribute('role') === 'presentation' || img.getAttribute('alt') === '' &&
+                !!img.closest('a, button') && !!(img.closest('a, button').textContent.trim())}));
+}
+"""
+# A file name or path as "alternative text": what myst-nb writes when a cell gives no alt.
+_FILE_LIKE = re.compile(r"(\.(png|jpe?g|svg|gif)\b)|(_images/)|(^[\w./-]+$)", re.I)
+
+
+def check_image_alts(page) -> list[str]:
+    """Every image of the page's content has a real text alternative: present, not empty (unless
+    decorative beside a text that names its link), not a file name (tests/test_figure_alt.py
+    checks the notebooks' alt texts themselves)."""
+    problems = []
+    for img in page.evaluate(_IMAGE_ALTS_JS):
+        alt = (img["alt"] or "").strip()
+        if img["decorative"]:
+            continue
+        if not alt:
+            problems.append(f"image without alt text: {img['src']}")
+        elif _FILE_LIKE.search(alt):
+            problems.append(f"image whose alt text is a file name ({alt[:60]!r}): {img['src']}")
+    return problems
+
+
+_SCROLL_CUES_JS = """
+() => {
+  if (window.courseMarkScrollers) window.courseMarkScrollers();
+  const main = document.querySelector('main') || document.body;
+  const sel = 'pre, mjx-container[display="true"], .course-player-frame, ' +
+              '.pst-scrollable-table-container, .table-wrapper';
+  const out = [];
+  main.querySelectorAll(sel).forEach(el => {
+    const st = getComputedStyle(el);
+    if (el.scrollWidth <= el.clientWidth + 1 || !['auto', 'scroll'].includes(st.overflowX) ||
+        el.getClientRects().length === 0) return;
+    const what = el.tagName.toLowerCase() + '.' + String(el.className).split(' ')[0];
+    if (el.tabIndex < 0) out.push(what + ': scrolls sideways but cannot be reached by keyboard');
+    else if (!el.getAttribute('aria-label')) out.push(what + ': scrolling region without a name');
+    if (el.scrollLeft < el.scrollWidth - el.clientWidth - 1 && st.boxShadow === 'none')
+      out.push(what + ': scrolls sideways with no visible cue at its edge');
+  });
+  return out.slice(0, 5);
+}
+"""
+
+
+def check_scroll_cues(page) -> list[str]:
+    """Each box that scrolls sideways can be focused by keyboard (tabindex, a name) and shades
+    the edge beyond which content hides (book/_static/course.js and course.css)."""
+    return page.evaluate(_SCROLL_CUES_JS)
+
+
+def dialog_backdrop(page, dialog: str) -> str:
+    """The computed background of an open <dialog>'s ::backdrop ("rgba(0, 0, 0, 0)": none)."""
+    return page.evaluate("(sel) => getComputedStyle(document.querySelector(sel), '::backdrop')"
+                         ".backgroundColor", dialog)

@@ -3,11 +3,13 @@
 Per page, at a desktop width (1400 px): no console errors or JS exceptions, no failed local
 request, no request to a non-local host at all, math rendered by the book's own MathJax, no
 display equation cut off or even in need of its scrollbar (long ones are broken into lines), every
-image loaded, every player slider changes its frame, no raw widget JSON, every local link
-resolves; on a numbered chapter, every figure has a caption and the title and every section
-heading carry their number (all checked on the same visit: a page load is most of a browser
-test's time; the phone width is test_phone's). Across pages: previous/next
-navigation walks the table of contents, and search finds "softmax". A screenshot of each
+image loaded and has a real text alternative, every player slider has a name and changes its
+frame and the frame's alt text, no serious or critical axe-core violation of the WCAG 2.1 A/AA
+rules (axe-core pinned in package-lock.json, injected from node_modules), no raw widget JSON,
+every local link resolves; on a numbered chapter, every figure has a caption and the title and
+every section heading carry their number (all checked on the same visit: a page load is most of a
+browser test's time; the phone width is test_phone's). Across pages: previous/next navigation
+walks the table of contents, and search finds "softmax". A screenshot of each
 chapter goes to ``_build/screenshots/``. Run with ``make browser`` (after ``make book``).
 """
 
@@ -28,7 +30,9 @@ from book_execute import toc_files  # the one reading of _toc.yml
 
 from .probe import (
     DEFAULT_TIMEOUT_MS,
+    check_axe,
     check_figure_captions,
+    check_image_alts,
     check_images,
     check_math,
     check_math_fits,
@@ -121,7 +125,9 @@ def test_page(page_path, site, server, context, screenshots_dir):
     if page_path in numbered_chapters():    # read before the players' sliders move
         problems += check_figure_captions(page)
         problems += check_numbered_sections(page)
+    problems += check_image_alts(page)
     problems += check_players(page)
+    problems += check_axe(page)     # WCAG 2.1 A/AA, serious or critical: none
     problems += [f"broken local link: {h}" for h in broken_local_links(page_path)]
     # late console errors (fonts, deferred scripts): wait for the fonts to finish, then a moment
     page.evaluate("() => document.fonts.ready.then(() => true)")
@@ -197,3 +203,37 @@ def test_search_finds_softmax(site, server, context):
 def test_every_toc_page_was_built(site):
     missing = [p for p in toc_order() if not (site / p).is_file()]
     assert not missing, f"pages in _toc.yml missing from the build: {missing}"
+
+
+@pytest.mark.browser
+def test_players_respect_reduced_motion(site, server, browser):
+    """With the reader's "reduce motion" setting, a player shows no button that animates (play,
+    play backwards, pause, speed, loop mode), only the slider and the step buttons; no player
+    starts by itself either way (the frame does not change while nobody touches it)."""
+    chapters = [p for p in numbered_chapters() if (SITE / p).is_file()
+                and "course-player" in (SITE / p).read_text(encoding="utf-8")]
+    if not chapters:
+        pytest.skip("no player in the built book")
+    ctx = browser.new_context(viewport=DESKTOP, reduced_motion="reduce")
+    try:
+        page = open_page(ctx, server.base + chapters[0]).page
+        player = page.locator(".course-player").first
+        player.scroll_into_view_if_needed()
+        img = player.locator("img").first
+        page.wait_for_function("(img) => !!img.getAttribute('src')", arg=img.element_handle())
+        first = img.get_attribute("src")
+        for name in ("Play", "Play backwards", "Pause", "Increase speed", "Decrease speed"):
+            assert not player.locator(f'button[aria-label="{name}"]').is_visible(), name
+        for name in ("First frame", "Previous frame", "Next frame", "Last frame"):
+            assert player.locator(f'button[aria-label="{name}"]').is_visible(), name
+        assert player.locator("input[type=range]").is_visible()
+        page.wait_for_timeout(1500)                                  # > two frame intervals
+        assert img.get_attribute("src") == first, "the player advanced by itself"
+        # keyboard: focus the slider and step with the arrow key: the frame and its alt follow
+        alt = img.get_attribute("alt")
+        player.locator("input[type=range]").focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(100)
+        assert img.get_attribute("src") != first and img.get_attribute("alt") != alt
+    finally:
+        ctx.close()

@@ -9,13 +9,23 @@
   test_book_in_browser's ``test_page``).
 * Every player's text is at least 10 px high as shown (``data-min-text-px`` of
   ``course_lib.toolkit.explorer.Explorer.player_html`` times the image's display scale).
+* Accessible at this width too: no serious or critical axe-core violation of the WCAG 2.1 A/AA
+  rules; every box that scrolls sideways is reachable by keyboard, named, and shades the edge
+  where more content hides (the scroll cue); an open navigation drawer dims the page behind it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .probe import check_math, check_math_fits, open_page
+from .probe import (
+    check_axe,
+    check_math,
+    check_math_fits,
+    check_scroll_cues,
+    dialog_backdrop,
+    open_page,
+)
 from .test_book_in_browser import DESKTOP, site_pages
 
 PHONE = {"width": 390, "height": 844}
@@ -62,6 +72,9 @@ def _toggle_opens_dialog(page, button: str, dialog: str) -> str | None:
         page.wait_for_function(f"() => document.querySelector('{dialog}').open", timeout=5000)
     except Exception:
         return f"{button} did not open {dialog}"
+    backdrop = dialog_backdrop(page, dialog)
+    if backdrop in ("rgba(0, 0, 0, 0)", "transparent"):
+        return f"{dialog} opens with no dimmed backdrop behind it"
     page.keyboard.press("Escape")
     try:
         page.wait_for_function(f"() => !document.querySelector('{dialog}').open", timeout=5000)
@@ -88,6 +101,9 @@ def test_a_page_on_a_phone(page_path, site, server, phone):
     if overflow["scroll"] > 0:
         problems.append(f"the page scrolls sideways by {overflow['scroll']} px")
     problems += overflow["out"]
+
+    problems += check_scroll_cues(page)
+    problems += check_axe(page)     # WCAG 2.1 A/AA, serious or critical: none
 
     for player in page.evaluate(_PLAYER_TEXT_JS):
         if player["px"] < MIN_TEXT_PX:

@@ -19,7 +19,9 @@ from matplotlib.animation import FuncAnimation
 
 from .conftest import LocalServer, _QuietHandler
 from .probe import (
+    check_axe,
     check_figure_captions,
+    check_image_alts,
     check_images,
     check_math_fits,
     check_numbered_sections,
@@ -42,8 +44,22 @@ def jshtml(frames_differ: bool) -> str:
     return html
 
 
+def course_player() -> str:
+    """The book's player (``Explorer.player_html``): named slider, alt text per frame."""
+    from course_lib.toolkit.explorer import Control, Explorer
+
+    def draw(fig, h=1):
+        ax = fig.subplots()
+        ax.bar(["a", "b"], [1, h])
+        ax.set_title(f"bar b at height {h}")
+
+    return Explorer(draw=draw, controls={"h": Control("height", (1, 2, 3))},
+                    figsize=(2, 1.5)).player_html()
+
+
 def write(tmp_path, name, body):
-    (tmp_path / name).write_text(f"<!doctype html><html><body><main>{body}</main></body></html>",
+    (tmp_path / name).write_text('<!doctype html><html lang="en"><head><title>probe</title>'
+                                 f"</head><body><main>{body}</main></body></html>",
                                  encoding="utf-8")
 
 
@@ -55,7 +71,8 @@ def test_probe_catches_dead_player_remote_load_broken_image(tmp_path, browser):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
     from book_assets import _FA_LINK
 
-    write(tmp_path, "good.html", _FA_LINK.sub("", jshtml(True)))
+    write(tmp_path, "good.html", _FA_LINK.sub("", course_player()))
+    write(tmp_path, "raw.html", _FA_LINK.sub("", jshtml(True)))
     write(tmp_path, "dead.html", _FA_LINK.sub("", jshtml(False)))
     write(tmp_path, "remote.html", '<script src="https://cdn.example.org/x.js"></script>'
                                    '<img src="missing.png"><p>VBox(children=(IntSlider(</p>')
@@ -65,6 +82,15 @@ def test_probe_catches_dead_player_remote_load_broken_image(tmp_path, browser):
         assert good.load_problems() == []
         assert check_players(good.page) == []
         assert check_images(good.page) == []
+        assert check_image_alts(good.page) == []
+        assert check_axe(good.page) == []
+
+        # matplotlib's own player: an unnamed slider and a frame without alt text
+        raw = open_page(ctx, srv.base + "raw.html")
+        slider = raw.page.eval_on_selector("input[type=range]", "e => e.id")
+        assert check_players(raw.page) == [f"slider {slider}: slider has no accessible name"]
+        assert [p.split(":")[0] for p in check_image_alts(raw.page)] == ["image without alt text"]
+        assert {p.split(" (")[0] for p in check_axe(raw.page)} == {"axe image-alt", "axe label"}
 
         dead = open_page(ctx, srv.base + "dead.html")
         assert check_players(dead.page) == ["slider " + dead.page.eval_on_selector(

@@ -25,12 +25,17 @@ def load_gpu_results(name: str = RESULTS) -> dict[str, Any]:
 
 
 def describe(data: dict[str, Any]) -> str:
-    """One line: GPU, driver, versions, shapes, dtype, timing method."""
+    """Short lines: GPU and driver; torch and Triton versions (and a line saying so where they
+    are not the ones installed here); shapes, dtype, timing method."""
+    from course_lib.toolkit.bench.report import versions_note
+
     m = data["machine"]
+    note = versions_note({"torch": m["torch_version"], "triton": m["triton_version"]})
     return (f"{m['device_name']} ({m.get('multiprocessors', '?')} SMs), driver "
-            f"{m.get('driver_version', '?')}, torch {m['torch_version']}, Triton "
-            f"{m['triton_version']}, cuDNN {m.get('cudnn_version', '?')}; (B, H) = "
-            f"({data['batch']}, {data['heads']}), {data['dtype']}; {data['time_method']}")
+            f"{m.get('driver_version', '?')}, cuDNN {m.get('cudnn_version', '?')}\n"
+            f"torch {m['torch_version']}, Triton {m['triton_version']}{note}\n"
+            f"(B, H) = ({data['batch']}, {data['heads']}), {data['dtype']}\n"
+            f"timed with {data['time_method']}")
 
 
 def _row(data: dict[str, Any], impl: str, L: int, E: int, causal: bool, backward: bool

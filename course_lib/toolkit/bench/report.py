@@ -238,14 +238,41 @@ def checks_table(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+_SHOWN_AS = {"torch": "torch", "triton": "Triton"}
+
+
+def versions_note(recorded: dict[str, str]) -> str:
+    """"" when a committed run used the versions installed here (local tags such as "+cu130"
+    aside); else a line that says so, e.g. "\n(this book runs torch 2.13.0; the numbers are
+    that run's)". ``recorded``: package -> version in the run ("torch", "triton")."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(pkg: str) -> str | None:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return None
+
+    here = {pkg: installed(pkg) for pkg in recorded}
+    differ = [f"{_SHOWN_AS.get(pkg, pkg)} {here[pkg].split('+')[0]}"
+              for pkg, v in recorded.items()
+              if here[pkg] is not None and str(v).split("+")[0] != here[pkg].split("+")[0]]
+    if not differ:
+        return ""
+    return f"\n(this book runs {' and '.join(differ)}; the numbers are that run's)"
+
+
 def describe_run(data: dict[str, Any]) -> str:
-    """One line: machine, software and conditions of a run (a GPU's SMs, driver, CUDA and cuDNN
-    versions where the run recorded them)."""
+    """Short lines (they fit the book's column): the machine (a GPU's SMs, driver, CUDA and
+    cuDNN versions where the run recorded them), the software and shapes (and
+    :func:`versions_note`'s line where the run's torch is not the one installed here), and the
+    conditions of the run."""
     m = data["meta"]
     gpu = (f" ({m.get('multiprocessors', '?')} SMs), driver {m['driver_version']}, CUDA "
            f"{m.get('cuda_version', '?')}, cuDNN {m.get('cudnn_version', '?')}"
            if m.get("driver_version") else "")
-    return (f"{m.get('device_name', m['device'])}{gpu}, {m['threads']} threads, "
+    return (f"{m.get('device_name', m['device'])}{gpu}, {m['threads']} threads\n"
             f"torch {m['torch_version']}, {m['dtype']}, B={m['batch']}, H={m['heads']}, "
-            f"d={m['d']}, {m['rounds']} rounds, run {m.get('timestamp_utc', '?')}, "
+            f"d={m['d']}{versions_note({'torch': m['torch_version']})}\n"
+            f"{m['rounds']} rounds, run {m.get('timestamp_utc', '?')}, "
             f"load average at start {m.get('load_average_start')}")
