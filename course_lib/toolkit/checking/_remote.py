@@ -3,11 +3,12 @@
 The forked worker (:func:`._isolation.fork_worker`) inherits the checker's process: fine for a
 learner checking their own work, not for grading, where nothing of the grader may be within the
 learner's reach. :class:`SpawnLauncher` starts ``python -m course_lib.toolkit.checking._remote``
-behind a command prefix (``bwrap ...``) instead, with two pipes. The parent sends the set-up
-first (the file to load, the function's name, the forbidden families, the allowed course calls,
-the memory cap and the exercise's extension: no case, no answer, no seed), then, once the file is
-loaded, the cases' inputs; the worker (the same :func:`._isolation._child` as a forked one)
-answers with plain data. The oracle, the mistakes and the comparisons stay in the parent.
+inside a wrapper (``bwrap ...``) instead, with two pipes. The parent sends the set-up first
+(the learner's file as text, the function's name, the forbidden families, the allowed course
+calls, the memory cap and the exercise's extension: no case, no answer, no seed), then, once
+the file is loaded, the cases' inputs; the worker (the same :func:`._isolation._child` as a
+forked one) answers with plain data. The oracle, the mistakes and the comparisons stay in the
+parent.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ._isolation import CourseGuard, FileSource, _receive, _send, _Worker
 
 
 class _SpawnedWorker(_Worker):
-    """A worker behind a command prefix: an exit status above 128 is the prefix reporting that
+    """A worker inside a wrapper: an exit status above 128 is the wrapper reporting that
     the program died of signal ``status - 128`` (bubblewrap's and the shell's convention)."""
 
     def wait_exit(self, limit: float) -> int | None:
@@ -36,18 +37,40 @@ class _SpawnedWorker(_Worker):
         return status
 
 
+def _unwrapped(argv: list[str]) -> list[str]:
+    return argv
+
+
+def _setup(source: FileSource, params: tuple[str, ...], forbidden: tuple[str, ...],
+           guard: CourseGuard | None, memory_cap: int | None, extension: Any) -> dict[str, Any]:
+    """What the worker is told: the learner's file travels as text (the sandbox mounts none of
+    the grader's folders; the worker writes it in its own working folder)."""
+    with open(source.path, encoding="utf-8") as f:
+        text = f.read()
+    return {"file": os.path.basename(source.path), "source": text,
+            "function": source.function, "params": tuple(params),
+            "forbidden": tuple(forbidden),
+            "allowed": None if guard is None else tuple(guard.allowed),
+            "memory_cap": memory_cap, "extension": extension}
+
+
+def _write_source(setup: dict[str, Any]) -> None:
+    """In the worker's program: the learner's file, written where it runs."""
+    path = os.path.abspath(os.path.basename(setup["file"]))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(setup["source"])
+    setup["path"] = path
+
+
 class SpawnLauncher:
-    """Starts workers as ``[*prefix, python, -m, course_lib.toolkit.checking._remote, R, W]``.
+    """Starts a worker per check as ``wrap([python, -m, course_lib.toolkit.checking._remote,
+    R, W])``: ``wrap`` puts it in the sandbox (default: as it is), ``python`` is the
+    interpreter inside, ``cwd`` where it runs (and writes the learner's file)."""
 
-    ``prefix``: the sandbox's command (empty: none); ``python``: the interpreter inside it;
-    ``path_in_sandbox``: maps a :class:`FileSource`'s path to where the sandbox sees the file.
-    """
-
-    def __init__(self, prefix: Sequence[str] = (), python: str = sys.executable, *,
-                 env: dict[str, str] | None = None,
-                 path_in_sandbox: Callable[[str], str] = lambda p: p) -> None:
-        self.prefix, self.python, self.env = list(prefix), python, env
-        self.path_in_sandbox = path_in_sandbox
+    def __init__(self, wrap: Callable[[list[str]], list[str]] = _unwrapped,
+                 python: str = sys.executable, *, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        self.wrap, self.python, self.env, self.cwd = wrap, python, env, cwd
 
     def __call__(self, source: Any, params: tuple[str, ...], forbidden: tuple[str, ...],
                  guard: CourseGuard | None, memory_cap: int | None, extension: Any,
@@ -57,21 +80,17 @@ class SpawnLauncher:
                             f"(a FileSource), not {type(source).__name__}")
         r, w = os.pipe()                 # worker -> parent: outcomes
         cases_r, cases_w = os.pipe()     # parent -> worker: set-up, then cases
-        argv = [*self.prefix, self.python, "-m", "course_lib.toolkit.checking._remote",
-                str(cases_r), str(w)]
+        argv = self.wrap([self.python, "-m", "course_lib.toolkit.checking._remote",
+                          str(cases_r), str(w)])
         try:
             proc = subprocess.Popen(argv, pass_fds=(cases_r, w), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True, env=self.env)
+                                    start_new_session=True, env=self.env, cwd=self.cwd)
         finally:
             os.close(cases_r)
             os.close(w)
         proc.returncode = 0      # its status is collected by the worker (os.waitpid), not here
-        _send(cases_w, {"path": self.path_in_sandbox(source.path),
-                        "function": source.function, "params": tuple(params),
-                        "forbidden": tuple(forbidden),
-                        "allowed": None if guard is None else tuple(guard.allowed),
-                        "memory_cap": memory_cap, "extension": extension})
+        _send(cases_w, _setup(source, params, forbidden, guard, memory_cap, extension))
         return _SpawnedWorker(proc.pid, r), cases_w
 
 
@@ -143,6 +162,7 @@ def main(argv: list[str]) -> int:
     """The worker's side: read the set-up, then run as a forked worker would."""
     cases_fd, fd = int(argv[0]), int(argv[1])
     setup = _receive(cases_fd)
+    _write_source(setup)
     _prepare_for(setup)
     _run_worker(setup, cases_fd, fd)
     return 0
@@ -176,7 +196,7 @@ class _ServedWorker(_Worker):
 
 
 class ForkServer:
-    """Like :class:`SpawnLauncher`, but one program behind ``prefix`` (one sandbox) serves every
+    """Like :class:`SpawnLauncher`, but one program (one sandbox) serves every
     check of a job: it imports torch and the course once and forks a worker per check.
 
     The parent sends each check's two pipe ends over a Unix socket (``SCM_RIGHTS``) and the
@@ -185,24 +205,23 @@ class ForkServer:
     reports the worker's exit status. A server that fails to answer, or whose worker has to be
     stopped early, is ended with its sandbox, and the next check starts a new one."""
 
-    def __init__(self, prefix: Sequence[str] = (), python: str = sys.executable, *,
-                 env: dict[str, str] | None = None,
-                 path_in_sandbox: Callable[[str], str] = lambda p: p) -> None:
-        self.prefix, self.python, self.env = list(prefix), python, env
-        self.path_in_sandbox = path_in_sandbox
+    def __init__(self, wrap: Callable[[list[str]], list[str]] = _unwrapped,
+                 python: str = sys.executable, *, env: dict[str, str] | None = None,
+                 cwd: str | None = None) -> None:
+        self.wrap, self.python, self.env, self.cwd = wrap, python, env, cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.started = 0
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [*self.prefix, self.python, "-m", "course_lib.toolkit.checking._remote",
-                "--serve", str(theirs.fileno())]
+        argv = self.wrap([self.python, "-m", "course_lib.toolkit.checking._remote",
+                          "--serve", str(theirs.fileno())])
         try:
             self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL, start_new_session=True,
-                                         env=self.env)
+                                         env=self.env, cwd=self.cwd)
         finally:
             theirs.close()
         self.sock = ours
@@ -266,11 +285,7 @@ class ForkServer:
         finally:
             os.close(cases_r)
             os.close(w)
-        _send(cases_w, {"path": self.path_in_sandbox(source.path),
-                        "function": source.function, "params": tuple(params),
-                        "forbidden": tuple(forbidden),
-                        "allowed": None if guard is None else tuple(guard.allowed),
-                        "memory_cap": memory_cap, "extension": extension})
+        _send(cases_w, _setup(source, params, forbidden, guard, memory_cap, extension))
         return _ServedWorker(self, r), cases_w
 
     def __enter__(self) -> ForkServer:
@@ -293,6 +308,7 @@ def serve(control_fd: int) -> int:
             return 0
         cases_fd, fd = fds
         setup = _receive(cases_fd)
+        _write_source(setup)
         _prepare_for(setup)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the worker

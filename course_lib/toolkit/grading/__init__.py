@@ -196,7 +196,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     seed = _seed_for(out, seed, new_seed)
     cache_db = ResultCache(cache)
     tmp_root = Path(tempfile.mkdtemp(prefix="course-lib-grading-"))
-    course_copy = sandbox.learner_copy(tmp_root) if sandboxed else Path()
+    course_copy = sandbox.learner_copy() if sandboxed else Path()   # same path every run
     limits = sandbox.Limits(memory, processes, disk, output)
     results: dict[int, dict[str, Any]] = {}
     todo: list[tuple[int, Job, str]] = []

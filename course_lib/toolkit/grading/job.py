@@ -173,7 +173,8 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
         poll_shell_in_slices(client.kc)
         pid = getattr(getattr(km, "provisioner", None), "pid", None)
         if pid and job.sandboxed:
-            state["watch"] = sandbox.TreeWatch(int(pid), job.limits).__enter__()
+            state["watch"] = sandbox.TreeWatch(int(pid), job.limits,
+                                               folder=scratch).__enter__()
 
     client = Client(notebook, km=km, timeout=job.cell_timeout, allow_errors=True,
                     interrupt_on_timeout=True,
@@ -217,9 +218,10 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
     notes = [detail] if detail else []
     if status == "ran":
         timed = set(state["timed_out"])
-        raised = [str(i + 1) for i, c in enumerate(notebook.cells)
-                  if i + 1 not in timed and any(o.get("output_type") == "error"
-                                                for o in c.get("outputs", []))]
+        raised = [f"{i + 1} ({errors[0].get('ename', '?')})"
+                  for i, c in enumerate(notebook.cells) if i + 1 not in timed
+                  and (errors := [o for o in c.get("outputs", [])
+                                  if o.get("output_type") == "error"])]
         if raised:
             status = "raised"
             notes.append(f"code in cell{'s' if len(raised) > 1 else ''} {', '.join(raised)} "
@@ -239,21 +241,25 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
 
 
 def _launcher(job: Job, folder: Path) -> Any:
-    """How this job's check workers start: forked by one server in a sandbox over ``folder``,
-    the job's check folder (with ``--no-sandbox``, by a plain server process)."""
+    """How this job's check workers start: forked by one server in a sandbox (with
+    ``--no-sandbox``, by a plain server process running in ``folder``). The learner's files
+    travel to it as text: the sandbox mounts no folder of the grader's (``/grading`` is its own
+    ``tmpfs``), so nothing a function can read there differs between jobs or runs."""
     from course_lib.toolkit.checking._remote import ForkServer
 
     from . import sandbox
 
     if not job.sandboxed:
         env = {k: v.replace(INSIDE, str(folder)) for k, v in sandbox.inside_env().items()}
-        return ForkServer(env={**env, "PATH": os.environ.get("PATH", env["PATH"])})
-    # The folder is read-only inside: the grader wrote every file in it before the server
-    # started, and writes nothing there afterwards (a link planted by one check cannot redirect
-    # the grader's next write). Home and caches live in the sandbox's own /tmp.
-    prefix = sandbox.command([], scratch=folder, course=Path(job.course_copy), limits=job.limits,
-                             env=sandbox.inside_env(home="/tmp"), writable=False)
-    return ForkServer(prefix, path_in_sandbox=lambda p: f"{INSIDE}/{Path(p).name}")
+        return ForkServer(env={**env, "PATH": os.environ.get("PATH", env["PATH"])},
+                          cwd=str(folder))
+
+    def wrap(argv: list[str]) -> list[str]:
+        return sandbox.command(argv, scratch=None, course=Path(job.course_copy),
+                               limits=job.limits, env=sandbox.inside_env(home="/tmp"),
+                               args_dir=folder)
+
+    return ForkServer(wrap)
 
 
 def grade_exercises(job: Job, nb: dict[str, Any]) -> tuple[list[Verdict], dict[str, str]]:

@@ -27,11 +27,14 @@ for up to 50 ms before the sandbox is ended.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -97,16 +100,58 @@ def course_package() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def learner_copy(dest: Path) -> Path:
-    """``dest/course_lib``: the package as learners' code may see it (no ``exercises.py``).
+def _learner_files() -> list[Path]:
+    ignore = ("__pycache__",)
+    return sorted(p for p in course_package().rglob("*") if p.is_file()
+                  and not any(part in ignore for part in p.parts)
+                  and p.name != "exercises.py" and p.suffix not in (".pyc", ".sqlite3"))
 
-    Every chapter keeps its helpers, plots and explorer (its notebook runs them); what grading
-    keeps out of reach are the exercises modules: the cases, oracles, declared mistakes and
-    reference solutions."""
-    target = dest / "course_lib"
-    shutil.copytree(course_package(), target, ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", "exercises.py", "results", "*.sqlite3"))
-    return target
+
+def learner_copy(dest: Path | None = None) -> Path:
+    """The package as learners' code may see it (no ``exercises.py``), as ``course_lib``.
+
+    Every chapter keeps its helpers, plots, explorer and data (its notebook runs them); what
+    grading keeps out of reach are the exercises modules: the cases, oracles, declared mistakes
+    and reference solutions. With ``dest``, the copy is made there; without, it is kept in a
+    folder named by its content (``/tmp/course-lib-learner-<sha256>``, reused while the course
+    is unchanged), so the path a sandbox's mount table shows is the same for every job and run
+    and names none of the grader's folders. A folder of that name that is not this user's,
+    or is writable by others, is not used."""
+    root = course_package()
+    files = _learner_files()
+    if dest is not None:
+        target = Path(dest) / "course_lib"
+        for path in files:
+            (target / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / path.relative_to(root))
+        return target
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    home = base / f"course-lib-learner-{digest.hexdigest()[:32]}"
+    try:
+        info = os.lstat(home)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() \
+                and not info.st_mode & 0o022 and (home / "course_lib" / ".complete").is_file():
+            return home / "course_lib"
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(home, ignore_errors=True)      # an unfinished copy of ours
+        else:
+            return learner_copy(Path(tempfile.mkdtemp(prefix="course-lib-learner-")))
+    except FileNotFoundError:
+        pass
+    building = Path(tempfile.mkdtemp(prefix=f"{home.name}.", dir=base))
+    target = learner_copy(building)
+    (target / ".complete").write_text("")
+    try:
+        os.rename(building, home)          # atomic: a reader sees no half-made copy
+    except OSError:                        # another grader made it first, or it is not ours
+        shutil.rmtree(building, ignore_errors=True)
+        done = home / "course_lib" / ".complete"
+        if not (done.is_file() and os.lstat(home).st_uid == os.getuid()):
+            return learner_copy(Path(tempfile.mkdtemp(prefix="course-lib-learner-")))
+    return home / "course_lib"
 
 
 def _python_roots() -> list[str]:
@@ -115,39 +160,54 @@ def _python_roots() -> list[str]:
     return sorted(roots)
 
 
-def command(argv: list[str], *, scratch: Path, course: Path, limits: Limits,
+def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limits,
             env: dict[str, str], extra_ro: list[tuple[str, str]] = (),
-            writable: bool = True) -> list[str]:
-    """``bwrap`` options, then ``argv``: run ``argv`` in the sandbox described above.
+            writable: bool = True, args_dir: Path | None = None) -> list[str]:
+    """The command that runs ``argv`` in the sandbox described above.
 
-    ``scratch``: the job's folder, mounted at :data:`INSIDE` (read-only unless ``writable``:
-    the checks' folder, whose files the grader writes before any learner code runs);
-    ``course``: the learner copy, mounted where this grader's ``course_lib`` is; ``env``: the
-    whole environment inside (nothing else is passed); ``extra_ro``: more ``(source,
-    destination)`` read-only mounts."""
+    ``scratch``: the job's folder, mounted at :data:`INSIDE` (read-only unless ``writable``);
+    ``None``: a fresh ``tmpfs`` there instead, so nothing of the grader's folders is mounted
+    (the checks: their files come over a pipe). ``course``: the learner copy, mounted where this
+    grader's ``course_lib`` is; ``env``: the whole environment inside (nothing else is
+    passed); ``extra_ro``: more ``(source, destination)`` read-only mounts.
+
+    bubblewrap's own arguments (which name the grader's folders) are not on its command line,
+    which the sandbox's first process shows in ``/proc/1/cmdline`` (only ``argv`` is): they
+    are written to a file in ``args_dir`` (default: the scratch folder's parent) and reach
+    bubblewrap through a pipe (``--args 0``); and bubblewrap starts with an empty environment
+    (``env -i``), which ``/proc/1/environ`` would show."""
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable(unavailable_reason() or "bwrap is missing")
-    cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           "--uid", "65534", "--gid", "65534", "--hostname", "grading"]
+    opts = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", "65534", "--gid", "65534", "--hostname", "grading"]
     for root in _SYSTEM:
         if os.path.isdir(root):
-            cmd += ["--ro-bind", root, root]
+            opts += ["--ro-bind", root, root]
     for path in _ETC:
         if os.path.exists(path):
-            cmd += ["--ro-bind", path, path]
+            opts += ["--ro-bind", path, path]
     for root in _python_roots():
-        cmd += ["--ro-bind", root, root]
-    cmd += ["--ro-bind", str(course), str(course_package())]
+        opts += ["--ro-bind", root, root]
+    opts += ["--ro-bind", str(course), str(course_package())]
     for src, dst in extra_ro:
-        cmd += ["--ro-bind", src, dst]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(limits.disk), "--tmpfs", "/tmp",
-            "--bind" if writable else "--ro-bind", str(scratch), INSIDE,
-            "--chdir", INSIDE, "--clearenv"]
+        opts += ["--ro-bind", src, dst]
+    opts += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.disk), "--tmpfs", "/tmp"]
+    if scratch is None:
+        opts += ["--size", str(limits.disk), "--tmpfs", INSIDE]
+    else:
+        opts += ["--bind" if writable else "--ro-bind", str(scratch), INSIDE]
+    opts += ["--chdir", INSIDE, "--clearenv"]
     for k, v in sorted(env.items()):
-        cmd += ["--setenv", k, v]
-    return cmd + ["--", *argv]
+        opts += ["--setenv", k, v]
+    folder = Path(args_dir) if args_dir is not None else Path(scratch or ".").parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, args_file = tempfile.mkstemp(prefix=".bwrap-args-", dir=folder)
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"".join(os.fsencode(a) + b"\0" for a in opts))
+    env_bin = shutil.which("env") or "/usr/bin/env"
+    script = 'f=$1 e=$2 b=$3; shift 3; cat "$f" | exec "$e" -i "$b" --args 0 -- "$@"'
+    return ["/bin/sh", "-c", script, "sh", args_file, env_bin, bwrap, *argv]
 
 
 def inside_env(extra: dict[str, str] | None = None, home: str = INSIDE) -> dict[str, str]:
@@ -222,13 +282,32 @@ def resident_bytes(pid: int) -> int:
         return 0
 
 
+def folder_bytes(folder: Path, most: int = 10_000) -> int:
+    """Bytes the files below ``folder`` take on disk; a folder of over ``most`` entries counts
+    as over any limit (walking it would take longer than a poll)."""
+    total, seen = 0, 0
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            seen += 1
+            if seen > most:
+                return sys.maxsize
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
 class TreeWatch:
     """Ends a sandbox (SIGKILL to its process group) whose processes together hold more than
-    ``limits.memory`` resident bytes or number more than ``limits.processes``; ``reason`` then
-    says which. Use as a context manager around the sandbox's life."""
+    ``limits.memory`` resident bytes or number more than ``limits.processes``, or whose
+    ``folder`` (its writable scratch folder, which no ``tmpfs`` caps) holds more than
+    ``limits.disk`` bytes; ``reason`` then says which. Use as a context manager around the
+    sandbox's life."""
 
-    def __init__(self, root: int, limits: Limits, interval: float = 0.05) -> None:
-        self.root, self.limits, self.interval = root, limits, interval
+    def __init__(self, root: int, limits: Limits, interval: float = 0.05,
+                 folder: Path | None = None) -> None:
+        self.root, self.limits, self.interval, self.folder = root, limits, interval, folder
         self.reason: str | None = None
         self.peak_memory = 0
         self.peak_processes = 0
@@ -252,9 +331,14 @@ class TreeWatch:
             if memory > self.limits.memory:
                 self.reason = (f"its processes held {memory / 1024 ** 3:.2f} GiB together "
                                f"(limit {self.limits.memory / 1024 ** 3:g} GiB)")
-            elif len(pids) > self.limits.processes + 2:   # + bwrap and its namespace's init
-                self.reason = (f"it ran {len(pids) - 2} processes at once "
+            elif len(pids) > self.limits.processes + 3:   # + sh, bwrap, its namespace's init
+                self.reason = (f"it ran {len(pids) - 3} processes at once "
                                f"(limit {self.limits.processes})")
+            elif self.folder is not None and \
+                    (used := folder_bytes(self.folder)) > self.limits.disk:
+                self.reason = (f"it wrote {used / 1024 ** 2:.0f} MiB to its folder" if
+                               used < sys.maxsize else "it made over 10000 files in its folder") \
+                    + f" (limit {self.limits.disk / 1024 ** 2:g} MiB)"
             if self.reason:
                 kill_tree(self.root)
                 return
