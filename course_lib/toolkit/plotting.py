@@ -35,6 +35,8 @@ OKABE_ITO = {
 PALETTE = tuple(OKABE_ITO.values())
 #: One line style per palette colour: the n-th line of a plot differs by colour and by dash.
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)))
+#: One marker per series where points are drawn (``x`` is kept for failures).
+MARKERS = ("o", "s", "^", "D", "v", "P", "*")
 
 COURSE_STYLE = {
     "figure.facecolor": "white",
@@ -113,14 +115,17 @@ def rate_plot(ax: plt.Axes, series: Mapping[str, Sequence[tuple[int, float]]],
 
     ``series``: name → ``[(n, rate)]``; ``ceiling``: the yardstick (a matmul's rate measured in
     the same run) drawn as a dashed line; ``failed``: name → lengths where that series did not
-    run (out of memory), marked with an ``x`` on the x axis in the series' colour.
+    run (out of memory), marked with an ``x`` on the x axis in the series' colour. The n-th
+    series has the n-th marker of :data:`MARKERS` and dash of :data:`LINESTYLES`, not only a
+    colour.
     """
     colors, labels, failed = colors or {}, labels or {}, failed or {}
-    for name, points in series.items():
+    for i, (name, points) in enumerate(series.items()):
         if not points:
             continue
         ns, rates = zip(*sorted(points), strict=True)
-        ax.plot(ns, rates, "o-", ms=4, color=colors.get(name), label=labels.get(name, name))
+        ax.plot(ns, rates, marker=MARKERS[i % len(MARKERS)], ls=LINESTYLES[i % len(LINESTYLES)],
+                ms=4, color=colors.get(name), label=labels.get(name, name))
     for name, ns in failed.items():
         if ns:
             ax.plot(ns, [0] * len(ns), "x", ms=9, mew=2, color=colors.get(name), clip_on=False,

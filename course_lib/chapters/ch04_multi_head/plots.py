@@ -9,20 +9,35 @@ import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from course_lib.toolkit.plotting import heatmap
+from course_lib.toolkit.plotting import OKABE_ITO, heatmap
 
-HEAD_COLOURS = ("#66c2a5", "#fc8d62", "#8da0cb", "#e78ac3", "#a6d854", "#ffd92f")
+#: one colour and one hatch per head (colour is never the only cue); text is white on the dark
+#: colours, black on the light ones
+HEAD_COLOURS = tuple(OKABE_ITO[c] for c in ("blue", "orange", "bluish green", "reddish purple",
+                                            "sky blue", "vermillion"))
+HEAD_HATCHES = ("", "///", "...", "\\\\\\", "xx", "++")
+_DARK = {OKABE_ITO["blue"], OKABE_ITO["bluish green"], OKABE_ITO["vermillion"]}
+#: depth-profile variants: colour, line style and marker each
+DEPTH_STYLES = {"attention only": (OKABE_ITO["vermillion"], "-", "o"),
+                "attention + residual": (OKABE_ITO["blue"], "--", "s"),
+                "post-norm": (OKABE_ITO["bluish green"], "-.", "^"),
+                "pre-norm": (OKABE_ITO["reddish purple"], ":", "D")}
 
 
 def _grid(ax: plt.Axes, offsets: np.ndarray, n_feat: int, head_dim: int, title: str) -> None:
-    """Draw a 2-D block of memory offsets; each cell shows token·feature, coloured by head."""
+    """Draw a 2-D block of memory offsets; each cell shows token·feature, coloured and hatched
+    by head."""
     rows, cols = offsets.shape
     for r in range(rows):
         for c in range(cols):
             tok, feat = divmod(int(offsets[r, c]), n_feat)
-            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=HEAD_COLOURS[feat // head_dim],
-                                   edgecolor="white", lw=1.5))
-            ax.text(c + 0.5, r + 0.5, f"t{tok}\nf{feat}", ha="center", va="center", fontsize=9)
+            colour, hatch = HEAD_COLOURS[feat // head_dim], HEAD_HATCHES[feat // head_dim]
+            # the hatch takes the edge colour: draw it in a pale tint, then a white border
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=colour, hatch=hatch,
+                                   edgecolor=(1, 1, 1, 0.5), lw=0))
+            ax.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor="white", lw=1.5))
+            ax.text(c + 0.5, r + 0.5, f"t{tok}\nf{feat}", ha="center", va="center", fontsize=9,
+                    color="white" if colour in _DARK else "black", fontweight="bold")
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_aspect("equal")
@@ -38,7 +53,8 @@ def plot_head_layout(fig: plt.Figure, tokens: int = 4, num_heads: int = 3,
     """Top: x ``(L, H·E)`` as stored (row-major). Middle: reshape + permute gives each head all
     tokens and its own features. Bottom: reshape alone gives each head a run of memory.
 
-    Cells are labelled t<token> f<feature> and coloured by the head the feature belongs to.
+    Cells are labelled t<token> f<feature>, coloured and hatched by the head the feature
+    belongs to.
     Returns the offset tensors drawn: ``x (L, D)``, ``right (H, L, E)``, ``wrong (H, L, E)``.
     """
     D = num_heads * head_dim
@@ -73,12 +89,10 @@ def plot_head_maps(fig: plt.Figure, weights: torch.Tensor, tokens: Sequence[str]
 def plot_depth_profiles(fig: plt.Figure, profiles: dict[str, dict[str, list[float]]]) -> None:
     """Left: token spread vs depth. Right: RMS of the residual stream vs depth, per variant."""
     ax1, ax2 = fig.subplots(1, 2)
-    styles = {"attention only": ("#d95f02", "-"), "attention + residual": ("#1b9e77", "-"),
-              "post-norm": ("#7570b3", "--"), "pre-norm": ("#e7298a", ":")}
     for name, prof in profiles.items():
-        colour, ls = styles.get(name, ("black", "-"))
-        ax1.plot(prof["spread"], color=colour, ls=ls, label=name)
-        ax2.plot(prof["rms"], color=colour, ls=ls, label=name)
+        colour, ls, marker = DEPTH_STYLES.get(name, (OKABE_ITO["black"], "-", "x"))
+        for ax, values in ((ax1, prof["spread"]), (ax2, prof["rms"])):
+            ax.plot(values, color=colour, ls=ls, marker=marker, ms=4, label=name)
     ax1.set_xlabel("depth (layers applied)")
     ax1.set_ylabel("token spread ‖X − mean‖ / ‖X‖")
     ax1.set_ylim(0, 1.05)

@@ -6,17 +6,36 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.patches import Patch, Rectangle
+
+from course_lib.toolkit.plotting import LINESTYLES, MARKERS, OKABE_ITO
 
 from .helpers import arithmetic_intensity
 
-#: one colour per implementation, reused by every figure of chapters 7–7
-IMPL_COLORS = {"reference": "#c0392b", "flash": "#2471a3", "sdpa": "#229954", "torch": "#7d3c98",
-               "flash_tile_autograd": "#d68910"}
+#: one colour, marker and dash per implementation, reused by every figure of the chapter (colour
+#: is never the only cue; markers and dashes in the order ``toolkit.plotting.rate_plot`` gives
+#: them to ``gpu.IMPLS``)
+IMPL_COLORS = {"reference": OKABE_ITO["vermillion"], "flash": OKABE_ITO["blue"],
+               "sdpa": OKABE_ITO["bluish green"], "torch": OKABE_ITO["reddish purple"],
+               "flash_tile_autograd": OKABE_ITO["orange"]}
+IMPL_MARKERS = dict(zip(IMPL_COLORS, MARKERS, strict=False))
+IMPL_LINESTYLES = dict(zip(IMPL_COLORS, LINESTYLES, strict=False))
 IMPL_LABELS = {"reference": "naive (reference)", "flash": "course_lib.flash",
                "sdpa": "course_lib.sdpa", "torch": "torch SDPA (direct)",
                "flash_tile_autograd": "flash tiles, autograd backward"}
 MiB = 2**20
+
+
+def _tint(colour: str, share: float) -> str:
+    """``colour`` mixed with white, ``share`` of it kept (a light fill that text reads on)."""
+    return to_hex([share * c + (1 - share) for c in to_rgb(colour)])
+
+
+#: tile fills: computed (light sky blue), crossing the diagonal (light orange, also hatched),
+#: skipped (near-white grey, and unnumbered)
+_TILE_COLORS = {"full": _tint(OKABE_ITO["sky blue"], 0.5),
+                "diagonal": _tint(OKABE_ITO["orange"], 0.5), "skipped": "0.95"}
 
 
 def intensity_plot(ax: plt.Axes, ns: Sequence[int], d: int, block_q: int,
@@ -50,11 +69,12 @@ def tile_grid(ax: plt.Axes, L: int, S: int, block_q: int, block_k: int, causal: 
               order: bool = True) -> dict[str, int]:
     """Draw the ``(L, S)`` score matrix cut into ``(B_q, B_k)`` tiles; returns tile counts.
 
-    Colours: computed tile, tile crossing the causal diagonal (partly masked), skipped tile.
+    Fills: computed tile, tile crossing the causal diagonal (partly masked; also hatched), skipped
+    tile (no visiting number).
     With ``order`` each computed tile shows its visiting order.
     """
     counts = {"full": 0, "diagonal": 0, "skipped": 0}
-    colors = {"full": "#aed6f1", "diagonal": "#f9e79f", "skipped": "#f2f3f4"}
+    colors, hatches = _TILE_COLORS, {"full": "", "diagonal": "///", "skipped": ""}
     k = 0
     for i0 in range(0, L, block_q):
         i1 = min(i0 + block_q, L)
@@ -68,13 +88,13 @@ def tile_grid(ax: plt.Axes, L: int, S: int, block_q: int, block_k: int, causal: 
                 kind = "full"
             counts[kind] += 1
             ax.add_patch(Rectangle((j0, i0), j1 - j0, i1 - i0, facecolor=colors[kind],
-                                   edgecolor="0.3", lw=1))
+                                   edgecolor="0.3", lw=1, hatch=hatches[kind]))
             if order and kind != "skipped":
                 k += 1
                 ax.text((j0 + j1) / 2, (i0 + i1) / 2, str(k), ha="center", va="center",
                         fontsize=8)
     if causal:
-        ax.plot([0, min(L, S)], [0, min(L, S)], color="#c0392b", lw=1.5)
+        ax.plot([0, min(L, S)], [0, min(L, S)], color=OKABE_ITO["vermillion"], lw=1.5)
     ax.set_xlim(0, S)
     ax.set_ylim(L, 0)
     ax.set_aspect("equal")
@@ -83,7 +103,8 @@ def tile_grid(ax: plt.Axes, L: int, S: int, block_q: int, block_k: int, causal: 
     ax.set_title(("causal, " if causal else "") + f"{L}×{S} scores in tiles")
     handles = [Patch(facecolor=colors["full"], edgecolor="0.3", label="computed")]
     if causal:
-        handles += [Patch(facecolor=colors["diagonal"], edgecolor="0.3", label="on the diagonal"),
+        handles += [Patch(facecolor=colors["diagonal"], edgecolor="0.3", hatch=hatches["diagonal"],
+                          label="on the diagonal"),
                     Patch(facecolor=colors["skipped"], edgecolor="0.3", label="skipped")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3,
               fontsize=8, frameon=False)
@@ -95,8 +116,8 @@ def per_impl_vs_n(ax: plt.Axes, series: Mapping[str, tuple[Sequence[int], Sequen
     """Log-log lines ``impl -> (ns, values)``; ``guides`` = {label: slope} dashed reference lines
     anchored at the first point of the first series."""
     for impl, (ns, vals) in series.items():
-        ax.plot(ns, vals, "o-", color=IMPL_COLORS.get(impl, "0.3"),
-                label=IMPL_LABELS.get(impl, impl))
+        ax.plot(ns, vals, marker=IMPL_MARKERS.get(impl, "o"), ls=IMPL_LINESTYLES.get(impl, "-"),
+                color=IMPL_COLORS.get(impl, "0.3"), label=IMPL_LABELS.get(impl, impl))
     if guides and series:
         ns0, v0 = next(iter(series.values()))
         x = np.array(ns0, dtype=float)

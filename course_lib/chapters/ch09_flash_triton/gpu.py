@@ -9,11 +9,16 @@ import json
 from importlib import resources
 from typing import Any
 
+from course_lib.toolkit.plotting import OKABE_ITO
+
 RESULTS = "triton-cuda.json"
 #: the course's kernels, then torch's SDPA restricted to one backend each
 IMPLS = ("triton", "flash", "cudnn", "efficient")
 TORCH_BACKENDS = IMPLS[1:]
-COLORS = {"triton": "#2471a3", "flash": "#d68910", "cudnn": "#229954", "efficient": "#7d3c98"}
+#: one Okabe–Ito colour per implementation (``toolkit.plotting.rate_plot`` adds a marker and a
+#: dash per series, so colour is never the only cue)
+COLORS = {"triton": OKABE_ITO["blue"], "flash": OKABE_ITO["orange"],
+          "cudnn": OKABE_ITO["bluish green"], "efficient": OKABE_ITO["reddish purple"]}
 LABELS = {"triton": "course kernels (Triton)", "flash": "torch: flash backend",
           "cudnn": "torch: cudnn backend", "efficient": "torch: efficient backend"}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_rgb
 
 from course_lib.toolkit.explorer import Control, Explorer
 
@@ -35,16 +36,16 @@ def draw_decoding(fig: plt.Figure, step: int = 6, cache: str = "on", window: str
     w = None if window == "none" else int(window)
     grid = computed_cells(step, cache, w)
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
-    colours = np.array([[0.93, 0.93, 0.93], [0.75, 0.88, 0.83],
-                        [0.85, 0.37, 0.01] if cache == "off" else [0.11, 0.62, 0.47]])
+    now_colour = to_rgb(UNCACHED if cache == "off" else CACHED)
+    colours = np.array([[0.93, 0.93, 0.93], [0.75, 0.88, 0.83], now_colour])
     ax1.imshow(colours[grid])
     ax1.set_xlabel("key position")
     ax1.set_ylabel("query position")
     now = int((grid == 2).sum())
     ax1.set_title(f"prefix {step}: {now} scores computed", fontsize=10)
     steps = np.arange(1, N + 1)
-    for mode, colour in (("off", UNCACHED), ("on", CACHED)):
-        ax2.plot(steps, [cumulative_scores(t, mode, w) for t in steps], "o-", ms=3,
+    for mode, colour, style in (("off", UNCACHED, "o-"), ("on", CACHED, "s--")):
+        ax2.plot(steps, [cumulative_scores(t, mode, w) for t in steps], style, ms=3,
                  color=colour, label=f"cache {mode}")
     ax2.axvline(step, color=PALE, lw=6, zorder=0)
     ax2.set_xlabel("prefix length")

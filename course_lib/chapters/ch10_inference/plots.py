@@ -11,12 +11,16 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 
 from course_lib.attention.masks import sliding_window_mask
+from course_lib.toolkit.plotting import OKABE_ITO
 
 from . import helpers
 
-UNCACHED = "#d95f02"
-CACHED = "#1b9e77"
+#: without / with the KV cache (Okabe–Ito); lines also differ by dash and marker
+UNCACHED = OKABE_ITO["vermillion"]
+CACHED = OKABE_ITO["bluish green"]
 PALE = "#eeeeee"
+#: one colour per sequence of the paged pool (each block is also labelled with its sequence)
+_SEQUENCE_COLOURS = tuple(c for name, c in OKABE_ITO.items() if name != "black")
 
 
 def plot_scores_per_step(ax: plt.Axes, prompt: int, n_new: int) -> None:
@@ -25,7 +29,7 @@ def plot_scores_per_step(ax: plt.Axes, prompt: int, n_new: int) -> None:
     prefix = prompt + steps - 1
     ax.plot(steps, [helpers.scores_per_step(int(p), False) for p in prefix], color=UNCACHED,
             label="recompute everything: prefix²")
-    ax.plot(steps, [helpers.scores_per_step(int(p), True) for p in prefix], color=CACHED,
+    ax.plot(steps, [helpers.scores_per_step(int(p), True) for p in prefix], color=CACHED, ls="--",
             label="KV cache: prefix")
     ax.set_yscale("log")
     ax.set_xlabel("generated token")
@@ -39,7 +43,7 @@ def plot_tokens_per_s(ax: plt.Axes, data: dict[str, Any]) -> None:
     n = [r["n_new"] for r in rows]
     ax.plot(n, [r["tokens_per_s_uncached"] for r in rows], "o-", color=UNCACHED,
             label="no cache (recompute prefix)")
-    ax.plot(n, [r["tokens_per_s_cached"] for r in rows], "o-", color=CACHED, label="KV cache")
+    ax.plot(n, [r["tokens_per_s_cached"] for r in rows], "s--", color=CACHED, label="KV cache")
     ax.set_xscale("log", base=2)
     ax.set_xticks(n, labels=[str(x) for x in n])
     ax.set_ylim(bottom=0)
@@ -81,7 +85,9 @@ def plot_window_reach(fig: plt.Figure, n: int, window: int, layers: int) -> None
 def plot_paged_pool(ax: plt.Axes, pool: helpers.PagedKVPool) -> None:
     """Physical blocks of the pool, coloured by the sequence that owns them, with fill."""
     owner = {b: s for s, table in pool.tables.items() for b in table}
-    colors = plt.get_cmap("Set2")
+    def colors(seq: int) -> str:
+        return _SEQUENCE_COLOURS[seq % len(_SEQUENCE_COLOURS)]
+
     nblocks = pool.k.shape[0]
     for b in range(nblocks):
         seq = owner.get(b)
@@ -91,7 +97,7 @@ def plot_paged_pool(ax: plt.Axes, pool: helpers.PagedKVPool) -> None:
         table = pool.tables[seq]
         logical = table.index(b)
         filled = min(pool.block_size, pool.lengths[seq] - logical * pool.block_size)
-        ax.add_patch(plt.Rectangle((b, 0), 0.95, 1, color=colors(seq), alpha=0.35))
+        ax.add_patch(plt.Rectangle((b, 0), 0.95, 1, color=colors(seq), alpha=0.5))
         ax.add_patch(plt.Rectangle((b, 0), 0.95, filled / pool.block_size, color=colors(seq)))
         ax.text(b + 0.47, 1.08, f"s{seq}:{logical}", ha="center", fontsize=8)
     ax.set_xlim(0, nblocks)
@@ -107,7 +113,7 @@ def plot_decode_roofline(ax: plt.Axes, rows: Sequence[dict[str, Any]],
     (peak FLOP/s ÷ bandwidth): a point below a ridge is memory-bound on that machine."""
     names = [r["attention"] for r in rows]
     values = [r["FLOP/byte"] for r in rows]
-    ax.bar(names, values, color=[UNCACHED, "#7570b3", CACHED][:len(rows)])
+    ax.bar(names, values, color=[UNCACHED, OKABE_ITO["reddish purple"], CACHED][:len(rows)])
     for name, v in zip(names, values, strict=True):
         ax.text(name, v * 1.15, f"{v:.2g}", ha="center", fontsize=8)
     for (label, ridge), style in zip(ridges.items(), ("--", ":", "-."), strict=False):
