@@ -180,7 +180,10 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     if bwrap is None:
         raise SandboxUnavailable(unavailable_reason() or "bwrap is missing")
     opts = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--uid", "65534", "--gid", "65534", "--hostname", "grading"]
+            "--uid", "65534", "--gid", "65534", "--hostname", "grading",
+            # First: the mounts below may lie under /tmp (a virtual environment in a clone
+            # under /tmp, the learner copy), and a tmpfs mounted later would hide them.
+            "--proc", "/proc", "--dev", "/dev", "--size", str(limits.disk), "--tmpfs", "/tmp"]
     for root in _SYSTEM:
         if os.path.isdir(root):
             opts += ["--ro-bind", root, root]
@@ -192,7 +195,6 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     opts += ["--ro-bind", str(course), str(course_package())]
     for src, dst in extra_ro:
         opts += ["--ro-bind", src, dst]
-    opts += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.disk), "--tmpfs", "/tmp"]
     if scratch is None:
         opts += ["--size", str(limits.disk), "--tmpfs", INSIDE]
     else:
