@@ -2,8 +2,9 @@
 
 The forked worker (:func:`._isolation.fork_worker`) inherits the checker's process: fine for a
 learner checking their own work, not for grading, where nothing of the grader may be within the
-learner's reach. :class:`SpawnLauncher` starts ``python -m course_lib.toolkit.checking._remote``
-inside a wrapper (``bwrap ...``) instead, with two pipes. The parent sends the set-up first
+learner's reach. :class:`ForkServer` starts ``python -m course_lib.toolkit.checking._remote``
+inside a wrapper (``bwrap ...``) instead, which forks a worker per check with two pipes
+(passed over a Unix socket). The parent sends the set-up first
 (the learner's file as text, the function's name, the forbidden families, the allowed course
 calls, the memory cap and the exercise's extension: no case, no answer, no seed), then, once
 the file is loaded, the cases' inputs; the worker (the same :func:`._isolation._child` as a
@@ -24,17 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ._isolation import CourseGuard, FileSource, _receive, _send, _Worker
-
-
-class _SpawnedWorker(_Worker):
-    """A worker inside a wrapper: an exit status above 128 is the wrapper reporting that
-    the program died of signal ``status - 128`` (bubblewrap's and the shell's convention)."""
-
-    def wait_exit(self, limit: float) -> int | None:
-        status = super().wait_exit(limit)
-        if status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) > 128:
-            return os.WEXITSTATUS(status) - 128     # a wait status "killed by that signal"
-        return status
 
 
 def _unwrapped(argv: list[str]) -> list[str]:
@@ -60,38 +50,6 @@ def _write_source(setup: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(setup["source"])
     setup["path"] = path
-
-
-class SpawnLauncher:
-    """Starts a worker per check as ``wrap([python, -m, course_lib.toolkit.checking._remote,
-    R, W])``: ``wrap`` puts it in the sandbox (default: as it is), ``python`` is the
-    interpreter inside, ``cwd`` where it runs (and writes the learner's file)."""
-
-    def __init__(self, wrap: Callable[[list[str]], list[str]] = _unwrapped,
-                 python: str = sys.executable, *, env: dict[str, str] | None = None,
-                 cwd: str | None = None) -> None:
-        self.wrap, self.python, self.env, self.cwd = wrap, python, env, cwd
-
-    def __call__(self, source: Any, params: tuple[str, ...], forbidden: tuple[str, ...],
-                 guard: CourseGuard | None, memory_cap: int | None, extension: Any,
-                 forget: Callable[[], None] | None) -> tuple[_Worker, int]:
-        if not isinstance(source, FileSource):
-            raise TypeError("a spawned worker loads the learner's code from a file "
-                            f"(a FileSource), not {type(source).__name__}")
-        r, w = os.pipe()                 # worker -> parent: outcomes
-        cases_r, cases_w = os.pipe()     # parent -> worker: set-up, then cases
-        argv = self.wrap([self.python, "-m", "course_lib.toolkit.checking._remote",
-                          str(cases_r), str(w)])
-        try:
-            proc = subprocess.Popen(argv, pass_fds=(cases_r, w), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True, env=self.env, cwd=self.cwd)
-        finally:
-            os.close(cases_r)
-            os.close(w)
-        proc.returncode = 0      # its status is collected by the worker (os.waitpid), not here
-        _send(cases_w, _setup(source, params, forbidden, guard, memory_cap, extension))
-        return _SpawnedWorker(proc.pid, r), cases_w
 
 
 def preimport(path: str) -> list[str]:
@@ -158,16 +116,6 @@ def _run_worker(setup: dict[str, Any], cases_fd: int, fd: int) -> None:
                       setup["memory_cap"], setup["extension"], None)
 
 
-def main(argv: list[str]) -> int:
-    """The worker's side: read the set-up, then run as a forked worker would."""
-    cases_fd, fd = int(argv[0]), int(argv[1])
-    setup = _receive(cases_fd)
-    _write_source(setup)
-    _prepare_for(setup)
-    _run_worker(setup, cases_fd, fd)
-    return 0
-
-
 # --------------------------------------------------------------------------- one server per job
 
 _STATUS = struct.Struct("<q")
@@ -196,8 +144,8 @@ class _ServedWorker(_Worker):
 
 
 class ForkServer:
-    """Like :class:`SpawnLauncher`, but one program (one sandbox) serves every
-    check of a job: it imports torch and the course once and forks a worker per check.
+    """One program (one sandbox) serves every check of a job: it imports torch and the course
+    once and forks a worker per check.
 
     The parent sends each check's two pipe ends over a Unix socket (``SCM_RIGHTS``) and the
     set-up over the case pipe; the server loads what the file imports, forks the worker (whose
@@ -331,8 +279,6 @@ if __name__ == "__main__":  # pragma: no cover - runs as the worker program
     try:
         if sys.argv[1:2] == ["--serve"]:
             serve(int(sys.argv[2]))
-        else:
-            main(sys.argv[1:])
     except BaseException:
         code = 70
     finally:
