@@ -160,6 +160,47 @@ def test_gradcheck_with_batched_grad():
                                     check_forward_ad=True, check_batched_forward_grad=True)
 
 
+@pytest.mark.parametrize("which", list(CASES))
+def test_batched_gradients_with_one_tile_equal_the_loop(which):
+    """Issue 55: with its default tiles flash covers a small input in one tile, so each slice of
+    the backward spans a whole dimension, where ``t[:, 0:n]`` returns ``aten::alias``, which
+    the vmap of ``is_grads_batched`` (torch's check_batched_grad) cannot batch. Batched vector-
+    Jacobian products, and of the backward's own backward, equal one product per vector."""
+    q, k, v, kw = case(which)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash.scaled_dot_product_attention(*leaves, **kw)
+    vectors = torch.stack([randn(*out.shape, seed=20 + i) for i in range(3)])
+    batched = torch.autograd.grad(out, leaves, vectors, is_grads_batched=True,
+                                  create_graph=True)
+    for i in range(3):
+        one = torch.autograd.grad(out, leaves, vectors[i], retain_graph=True)
+        for b, o in zip(batched, one, strict=True):
+            assert rel_err(b[i], o) < 1e-13
+    # the backward of the backward, batched over 2 more vectors
+    second = torch.stack([randn(*q.shape, seed=30 + i) for i in range(2)])
+    dq = batched[0][0]
+    twice = torch.autograd.grad(dq, leaves, second, is_grads_batched=True, retain_graph=True)
+    for i in range(2):
+        one = torch.autograd.grad(dq, leaves, second[i], retain_graph=True)
+        for b, o in zip(twice, one, strict=True):
+            assert rel_err(b[i], o) < 1e-13
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_pytorch_sdp_math_gradcheck_shapes_with_default_tiles(contiguous):
+    """PyTorch's test_sdp_math_gradcheck shapes (packed QKV, (4, 2, 4, 16) after the transpose)
+    with flash's default tiles under torch's batched gradcheck and gradgradcheck."""
+    qkv = torch.rand(4, 4, 3 * 2 * 16, dtype=torch.float64,
+                     generator=torch.Generator().manual_seed(0)).requires_grad_()
+    query, key, value = (t.view(4, -1, 2, 16).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+    if contiguous:
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+    inputs = (query, key, value)
+    f = flash.scaled_dot_product_attention
+    assert torch.autograd.gradcheck(f, inputs, check_batched_grad=True, fast_mode=True)
+    assert torch.autograd.gradgradcheck(f, inputs, check_batched_grad=True, fast_mode=True)
+
+
 # --- dropout under vmap: torch's randomness modes -------------------------------------------
 
 def _dropped(fn, randomness):

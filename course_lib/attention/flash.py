@@ -94,9 +94,15 @@ def _block_sizes(block_size: int | tuple[int, int] | None, is_causal: bool) -> t
 
 def _tile(mask: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
     """The ``[i0:i1, j0:j1]`` tile of a mask broadcastable to ``(..., L, S)`` (size-1 dims kept)."""
-    rows = slice(i0, i1) if mask.shape[-2] > 1 else slice(None)
-    cols = slice(j0, j1) if mask.shape[-1] > 1 else slice(None)
-    return mask[..., rows, cols]
+    if mask.shape[-2] > 1:
+        mask = _cut(mask, -2, i0, i1)
+    return _cut(mask, -1, j0, j1) if mask.shape[-1] > 1 else mask
+
+
+def _cut(t: torch.Tensor, dim: int, a: int, b: int) -> torch.Tensor:
+    """``t`` restricted to ``a:b`` along ``dim``, by ``narrow``: indexing with a slice that covers
+    the whole dim returns ``aten::alias``, which the vmap of batched gradients cannot batch."""
+    return t.narrow(dim, a, b - a)
 
 
 @dataclass(frozen=True)
@@ -257,7 +263,7 @@ class _Dropout:
         """The tile's factors ``keep / (1 - p)`` in ``like``'s dtype (all 0 for p = 1)."""
         if keep is None:
             return torch.zeros((), dtype=like.dtype, device=like.device)
-        return keep[:, :, j0:j1].to(like.dtype) * (1.0 / (1.0 - self.plan.dropout_p))
+        return _cut(keep, 2, j0, j1).to(like.dtype) * (1.0 / (1.0 - self.plan.dropout_p))
 
 
 def _operands(plan: _Plan, query, key, value):
@@ -295,7 +301,7 @@ def _grid(plan: _Plan, t: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> t
 
 def _scores(plan: _Plan, q_i, kT, mask, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
     """The tile ``S_ij = s·Q_i K_jᵀ + M_ij`` as ``(N, G·B_q, B_k)`` (masked entries ``-inf``)."""
-    S_ij = torch.bmm(q_i, kT[:, :, j0:j1])
+    S_ij = torch.bmm(q_i, _cut(kT, 2, j0, j1))
     if plan.causal and j1 - 1 > i0 + plan.d:           # tile crosses the diagonal
         rows = torch.arange(i0, i1, device=S_ij.device)[:, None]
         cols = torch.arange(j0, j1, device=S_ij.device)
@@ -322,7 +328,7 @@ def _forward_tiles(plan: _Plan, q, kT, v, mask) -> tuple[torch.Tensor, torch.Ten
     outs, lses = [], []
     for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
-        q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)   # the G heads' rows stacked
+        q_i = _cut(q, 2, i0, i1).reshape(N, rows, plan.E)   # the G heads' rows stacked
         keep = drop.rows(i0, i1) if drop is not None else None
         m = q.new_full((N, rows, 1), _NEG_INF)          # m: running row max of the scores
         ell = q.new_zeros((N, rows, 1))                  # ℓ: running sum of e^{S - m}
@@ -339,7 +345,7 @@ def _forward_tiles(plan: _Plan, q, kT, v, mask) -> tuple[torch.Tensor, torch.Ten
             ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)  # ℓ keeps the undropped sum
             if drop is not None:
                 P_ij = P_ij * drop.factors(keep, j0, j1, P_ij)
-            O = torch.baddbmm(O * alpha, P_ij, v[:, j0:j1])  # O <- e^{m - m_new} O + P V
+            O = torch.baddbmm(O * alpha, P_ij, _cut(v, 1, j0, j1))  # O <- e^{m - m_new} O + P V
             m = m_new
             del S_ij, P_ij                               # free this tile before the next
         outs.append((O / ell.masked_fill(ell == 0, 1.0)).reshape(N, G, i1 - i0, plan.Ev))
@@ -375,10 +381,10 @@ def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmas
     m_rows, m_cols = (mask.shape[-2] > 1, mask.shape[-1] > 1) if need_dmask else (True, True)
     for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
-        q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)
-        do_i = dout[:, :, i0:i1].reshape(N, rows, plan.Ev)
-        lse_i = lse[:, :, i0:i1].reshape(N, rows, 1)
-        D_i = D[:, :, i0:i1].reshape(N, rows, 1)
+        q_i = _cut(q, 2, i0, i1).reshape(N, rows, plan.E)
+        do_i = _cut(dout, 2, i0, i1).reshape(N, rows, plan.Ev)
+        lse_i = _cut(lse, 2, i0, i1).reshape(N, rows, 1)
+        D_i = _cut(D, 2, i0, i1).reshape(N, rows, 1)
         keep = drop.rows(i0, i1) if drop is not None else None
         dq_i = q.new_zeros((N, rows, plan.E))
         dmask_row = []                                   # this row block's mask gradient
@@ -386,7 +392,7 @@ def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmas
             if plan.past_diagonal(i1, j0):
                 break                                    # (never with a float mask)
             P_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1).sub_(lse_i).exp_()  # recomputed
-            dP_ij = torch.bmm(do_i, v[:, j0:j1].transpose(1, 2))                  # dO_i V_jᵀ
+            dP_ij = torch.bmm(do_i, _cut(v, 1, j0, j1).transpose(1, 2))  # dO_i V_jᵀ
             if drop is not None:
                 factors = drop.factors(keep, j0, j1, P_ij)                        # same mask
                 dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm((P_ij * factors).transpose(1, 2),
@@ -395,7 +401,7 @@ def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmas
             else:
                 dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm(P_ij.transpose(1, 2), do_i))
             dS_ij = P_ij * (dP_ij - D_i)                                          # P ∘ (dP − D)
-            dq_i = torch.baddbmm(dq_i, dS_ij, kT[:, :, j0:j1].transpose(1, 2))    # dS K
+            dq_i = torch.baddbmm(dq_i, dS_ij, _cut(kT, 2, j0, j1).transpose(1, 2))  # dS K
             dk_blocks[tj] = _add(dk_blocks[tj], torch.bmm(dS_ij.transpose(1, 2), q_i))  # dSᵀ sQ
             if need_dmask:
                 tile_shape = _tile(mask, i0, i1, j0, j1).shape
@@ -435,9 +441,9 @@ def _jvp_tiles(plan: _Plan, q, kT, v, mask, out, lse, tq, tkT, tv, tmask):
     douts, dlses = [], []
     for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
-        q_i = q[:, :, i0:i1].reshape(N, rows, plan.E)
-        tq_i = tq[:, :, i0:i1].reshape(N, rows, plan.E) if tq is not None else None
-        lse_i = lse[:, :, i0:i1].reshape(N, rows, 1)
+        q_i = _cut(q, 2, i0, i1).reshape(N, rows, plan.E)
+        tq_i = _cut(tq, 2, i0, i1).reshape(N, rows, plan.E) if tq is not None else None
+        lse_i = _cut(lse, 2, i0, i1).reshape(N, rows, 1)
         keep = drop.rows(i0, i1) if drop is not None else None
         X = q.new_zeros((N, rows, plan.Ev))
         c = q.new_zeros((N, rows, 1))
@@ -447,9 +453,9 @@ def _jvp_tiles(plan: _Plan, q, kT, v, mask, out, lse, tq, tkT, tv, tmask):
             P_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1).sub_(lse_i).exp_()
             dS_ij = P_ij.new_zeros(P_ij.shape)
             if tq_i is not None:
-                dS_ij = dS_ij + torch.bmm(tq_i, kT[:, :, j0:j1])
+                dS_ij = dS_ij + torch.bmm(tq_i, _cut(kT, 2, j0, j1))
             if tkT is not None:
-                dS_ij = dS_ij + torch.bmm(q_i, tkT[:, :, j0:j1])
+                dS_ij = dS_ij + torch.bmm(q_i, _cut(tkT, 2, j0, j1))
             if tmask is not None:                        # the mask tile, broadcast like M
                 grid = _grid(plan, dS_ij, i0, i1, j0, j1)
                 dS_ij = (grid + _tile(tmask, i0, i1, j0, j1)).reshape(P_ij.shape)
@@ -459,10 +465,10 @@ def _jvp_tiles(plan: _Plan, q, kT, v, mask, out, lse, tq, tkT, tv, tmask):
             if drop is not None:
                 factors = drop.factors(keep, j0, j1, P_ij)
                 PdS, PD = PdS * factors, P_ij * factors
-            X = torch.baddbmm(X, PdS, v[:, j0:j1])
+            X = torch.baddbmm(X, PdS, _cut(v, 1, j0, j1))
             if tv is not None:
-                X = torch.baddbmm(X, PD, tv[:, j0:j1])
-        O_i = out[:, :, i0:i1].reshape(N, rows, plan.Ev)
+                X = torch.baddbmm(X, PD, _cut(tv, 1, j0, j1))
+        O_i = _cut(out, 2, i0, i1).reshape(N, rows, plan.Ev)
         douts.append((X - c * O_i).reshape(N, G, i1 - i0, plan.Ev))
         dlses.append(c.reshape(N, G, i1 - i0, 1))
     if not douts:
