@@ -15,8 +15,12 @@ BOOK_STAMP := _build/.book-built
 export PYTHONHASHSEED := 0
 # Builds and tests record exercise checks in a throw-away progress record, never the learner's own.
 SANDBOX_PROGRESS := $(CURDIR)/_build/.progress-sandbox/progress
-# The second nbval run: stored outputs must not depend on the SIMD level or the thread count.
-NBVAL_PERTURBED := ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
+# The second nbval run: stored outputs must not depend on the SIMD level, the kernel library or the
+# thread count. tools/nbval_perturbation.py probes the candidates (most perturbed first: ATen's
+# portable kernels with oneDNN at AVX2 on one thread, ...) and picks the first that torch runs
+# correctly on this host; it prints which and why (also in _build/nbval-perturbation.txt).
+NBVAL_PERTURBED = $$($(BIN)/python tools/nbval_perturbation.py --python $(BIN)/python \
+	  --report _build/nbval-perturbation.txt)
 # Where two kernels run at once (nbval's two workers, the book's BOOK_JOBS=2), each with torch's
 # default thread per core, idle OpenMP threads sleep instead of spinning on the other's cores.
 # It changes no result (same threads, same split of the work), only the waste: nbval of chapters
@@ -101,7 +105,7 @@ nbval-native: install
 	cd book && $(NBVAL) ../$(BIN)/pytest $(NBVAL_ARGS)
 
 nbval-perturbed: install
-	cd book && $(NBVAL) $(NBVAL_PERTURBED) ../$(BIN)/pytest $(NBVAL_ARGS)
+	perturbed="$(NBVAL_PERTURBED)" && cd book && $(NBVAL) $$perturbed ../$(BIN)/pytest $(NBVAL_ARGS)
 
 # nbval (native) of the notebooks changed since main: committed on this branch, edited, or new.
 nbval-changed: install
