@@ -9,14 +9,36 @@
 multi-head latent attention (``MultiHeadLatentAttention``: a compressed cache, absorbed decoding).
 ``merge`` merges partial attentions by log-sum-exp (``merge_partials``), ``distributed`` attends
 over a sequence split across processes (``ring_attention``, ``ulysses_attention``).
+Today's open models: ``qk_norm`` (``head_rms_norm``), ``sink_softmax`` (learned sinks),
+``output_gate`` (gated attention), ``layer_pattern`` (local/global/NoPE layers), ``delta_rule``
+(the gated delta rule, recurrent and chunked), ``gated_deltanet`` (``GatedDeltaNet``),
+``sparse_topk`` (an indexer's top-k sparse attention), ``open_attention`` (``OpenAttention``).
 """
 
-from . import flash, kv_cache, latent, masks, multihead, positions, reference, sdpa, softmax
+from . import (
+           delta_rule,
+           flash,
+           kv_cache,
+           latent,
+           layer_pattern,
+           masks,
+           multihead,
+           output_gate,
+           positions,
+           qk_norm,
+           reference,
+           sdpa,
+           sink_softmax,
+           softmax,
+           sparse_topk,
+)
 from .distributed import ring_attention, ulysses_attention
+from .gated_deltanet import GatedDeltaNet
 from .kv_cache import KVCache, decode_step, repeat_kv
 from .latent import MultiHeadLatentAttention
 from .merge import merge_partials, partial_attention
 from .multihead import MultiHeadAttention, TransformerBlock, merge_heads, split_heads
+from .open_attention import OpenAttention
 from .registry import IMPLEMENTATIONS, AttentionFn
 
 __all__ = ["IMPLEMENTATIONS", "AttentionFn", "KVCache", "MultiHeadAttention",
@@ -24,4 +46,5 @@ __all__ = ["IMPLEMENTATIONS", "AttentionFn", "KVCache", "MultiHeadAttention",
            "merge_heads", "multihead", "positions", "reference",
            "repeat_kv", "sdpa", "softmax", "split_heads",
            "TransformerBlock", "distributed", "merge", "merge_partials", "partial_attention",
-           "ring_attention", "ulysses_attention"]
+           "ring_attention", "ulysses_attention", "GatedDeltaNet", "OpenAttention", "delta_rule",
+           "layer_pattern", "output_gate", "qk_norm", "sink_softmax", "sparse_topk"]
