@@ -11,11 +11,19 @@ import pytest
 import torch
 
 from course_lib.attention import IMPLEMENTATIONS, KVCache
-from course_lib.attention.latent import MultiHeadLatentAttention, deinterleave_rows, mla_cache_bytes
+from course_lib.attention.latent import (
+    MultiHeadLatentAttention,
+    deinterleave_rows,
+    mla_cache_bytes,
+    rope_scaling_from_config,
+)
 from course_lib.attention.positions import apply_rope
 
 CHUNKS = [(0, 4), (4, 5), (5, 6), (6, 9), (9, 10), (10, 11)]   # a prompt, then 1, 1, 3, 1, 1
 DIMS = dict(kv_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5)
+#: DeepSeek-V3's published RoPE scaling (its config.json)
+YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
 
 
 def _model(q_lora_rank=10, seed=0, impl="sdpa", **dims):
@@ -34,10 +42,11 @@ def _x(seed=1, N=11):
                        dtype=torch.float64)
 
 
+@pytest.mark.parametrize("rope_scaling", [None, YARN], ids=["rope", "yarn"])
 @pytest.mark.parametrize("mode", ["naive", "absorbed"])
 @pytest.mark.parametrize("q_lora_rank", [10, None])
-def test_decoding_in_chunks_equals_the_full_forward(mode, q_lora_rank):
-    m, x = _model(q_lora_rank), _x()
+def test_decoding_in_chunks_equals_the_full_forward(mode, q_lora_rank, rope_scaling):
+    m, x = _model(q_lora_rank, rope_scaling=rope_scaling), _x()
     full = m(x)
     cache = KVCache()
     out = torch.cat([m(x[:, a:b], cache, mode) for a, b in CHUNKS], dim=1)
@@ -67,22 +76,27 @@ def _per_head_loop(m: MultiHeadLatentAttention, x: torch.Tensor) -> torch.Tensor
     ckv = x @ m.kv_a_proj_with_mqa.weight.T
     c = ckv[..., :r] * torch.rsqrt(ckv[..., :r].pow(2).mean(-1, keepdim=True) + 1e-6)
     c = c * m.kv_a_layernorm.weight
-    k_r = apply_rope(ckv[..., r:], base=m.rope_base)              # (B, L, R): one per token
+    rs = m.rope_scaling
+    k_r = apply_rope(ckv[..., r:], base=m.rope_base, rope_scaling=rs)  # (B, L, R): one per token
+    # DeepSeek's softmax scale under RoPE scaling: (0.1 · mscale_all_dim · ln s + 1)² / √(N + R)
+    mscale = 0.1 * rs["mscale_all_dim"] * math.log(rs["factor"]) + 1 if rs else 1.0
     w = m.kv_b_proj.weight.view(H, N + V, r)
     out = torch.zeros(B, L, H, V, dtype=x.dtype)
     for h in range(H):
-        q_r = apply_rope(q[:, :, h, N:], base=m.rope_base)
+        q_r = apply_rope(q[:, :, h, N:], base=m.rope_base, rope_scaling=rs)
         for i in range(L):
             s = torch.stack([(q[:, i, h, :N] * (c[:, j] @ w[h, :N].T)).sum(-1)
                              + (q_r[:, i] * k_r[:, j]).sum(-1) for j in range(i + 1)], -1)
-            p = torch.softmax(s / math.sqrt(N + R), dim=-1)            # (B, i+1)
+            p = torch.softmax(s * mscale**2 / math.sqrt(N + R), dim=-1)  # (B, i+1)
             vals = torch.stack([c[:, j] @ w[h, N:].T for j in range(i + 1)], 1)
             out[:, i, h] = (p[..., None] * vals).sum(1)
     return out.reshape(B, L, H * V) @ m.o_proj.weight.T
 
 
-def test_forward_is_what_the_formulas_say():
-    m, x = _model(), _x(N=6)
+@pytest.mark.parametrize("rope_scaling", [None, YARN, dict(YARN, mscale_all_dim=0.707)],
+                         ids=["rope", "yarn", "yarn-mscale-0.707"])
+def test_forward_is_what_the_formulas_say(rope_scaling):
+    m, x = _model(rope_scaling=rope_scaling, qk_rope_head_dim=8), _x(N=6)
     torch.testing.assert_close(m(x), _per_head_loop(m, x), atol=1e-12, rtol=0)
 
 
@@ -140,3 +154,42 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="qk_rope_head_dim"):
         MultiHeadLatentAttention(8, 2, kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=3,
                                  v_head_dim=2)
+
+
+def test_rope_scaling_is_validated_when_the_module_is_built():
+    with pytest.raises(ValueError, match=r"rope_scaling\['rope_type'\] must be one of"):
+        _model(rope_scaling={"rope_type": "longrope", "factor": 2.0})
+    with pytest.raises(ValueError, match="needs the key 'original_max_position_embeddings'"):
+        _model(rope_scaling={"rope_type": "yarn", "factor": 2.0})
+    assert _model(rope_scaling={"rope_type": "linear", "factor": 4.0}).scale == 10 ** -0.5
+
+
+def _config(rope, field="rope_parameters", head_dim=8):
+    """A stand-in for a transformers DeepSeek config: the fields the conversion reads."""
+    from types import SimpleNamespace
+    return SimpleNamespace(**{field: rope}, qk_rope_head_dim=8, head_dim=head_dim,
+                           max_position_embeddings=163840)
+
+
+def test_rope_scaling_from_config_carries_over_or_refuses_naming_the_field():
+    assert rope_scaling_from_config(_config(None, "rope_scaling")) is None
+    assert rope_scaling_from_config(_config({"rope_type": "default", "rope_theta": 1e4,
+                                             "mscale_all_dim": 1.0})) is None
+    got = rope_scaling_from_config(_config({**YARN, "rope_theta": 1e4}))
+    assert got == YARN
+    legacy = {k: v for k, v in YARN.items() if k != "rope_type"} | {"type": "yarn"}
+    assert rope_scaling_from_config(_config(legacy, "rope_scaling")) == YARN
+    no_factor = dict(YARN, factor=None)
+    assert rope_scaling_from_config(_config(no_factor))["factor"] == 40.0  # 163840 / 4096
+    refusals = [
+        ({"rope_type": "dynamic", "factor": 2.0}, r"config.rope_parameters\['rope_type'\] = "
+                                                  r"'dynamic' \(transformers' dynamic NTK"),
+        ({"rope_type": "longrope", "factor": 2.0}, r"\['rope_type'\] = 'longrope'"),
+        (dict(YARN, extrapolation_factor=1.0), r"with the keys \['extrapolation_factor'\]"),
+        (dict(YARN, partial_rotary_factor=0.5), r"\['partial_rotary_factor'\] = 0.5"),
+    ]
+    for rope, match in refusals:
+        with pytest.raises(ValueError, match=match):
+            rope_scaling_from_config(_config(rope))
+    with pytest.raises(ValueError, match="config.head_dim = 16"):
+        rope_scaling_from_config(_config(YARN, head_dim=16))

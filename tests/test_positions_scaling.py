@@ -182,3 +182,21 @@ def test_position_ids_beyond_the_cache_are_named():
     cos, sin = pos.rope_cache(4, 8)
     with pytest.raises(ValueError, match=r"max\(position_ids\) \+ 1 = 10"):
         pos.apply_rope(torch.randn(1, 2, 8), cos, sin, position_ids=torch.tensor([[3, 9]]))
+
+
+@pytest.mark.parametrize("cfg, expected", [
+    (None, 1.0),
+    ({"rope_type": "default", "mscale_all_dim": 1.0}, 1.0),
+    ({"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096}, 1.0),
+    ({"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+      "mscale": 1.0, "mscale_all_dim": 1.0}, (0.1 * math.log(40) + 1) ** 2),
+    ({"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+      "mscale": 0.707, "mscale_all_dim": 0.707}, (0.0707 * math.log(40) + 1) ** 2),
+    ({"type": "linear", "factor": 4.0, "mscale_all_dim": 1.0}, (0.1 * math.log(4) + 1) ** 2),
+    ({"rope_type": "linear", "factor": 1.0, "mscale_all_dim": 1.0}, 1.0),
+])
+def test_softmax_mscale_is_deepseeks(cfg, expected):
+    """DeepSeek-V2's softmax-scale factor (its released attention code; transformers'
+    ``yarn_apply_mscale``): mscale² with mscale = 0.1·mscale_all_dim·ln(factor) + 1, for any
+    non-default type that sets mscale_all_dim, 1 otherwise (also for factor <= 1)."""
+    assert pos.softmax_mscale(cfg) == pytest.approx(expected, rel=1e-15)

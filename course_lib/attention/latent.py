@@ -7,6 +7,12 @@ Per token the cache holds the latent ``c`` (``kv_lora_rank = r`` numbers) and on
 shared by all heads (``qk_rope_head_dim = R``): ``r + R`` numbers per layer, whatever ``H``.
 Scores use the full query-key width: scale ``1/√(N + R)`` with ``N = qk_nope_head_dim``.
 
+RoPE scaling (``rope_scaling``, the dicts of :func:`~course_lib.attention.positions.rope_cache`)
+rescales the rotary frequencies (YaRN's attention factor multiplies cos and sin); with
+``mscale_all_dim`` it also multiplies the softmax scale by
+:func:`~course_lib.attention.positions.softmax_mscale` (DeepSeek-V2's long-context recipe, as
+in its released code and transformers): ``m² / √(N + R)``, ``m = 0.1·mscale_all_dim·ln s + 1``.
+
 Two ways to decode over the latent cache (both equal the full-sequence forward):
 
 * **naive**: decompress every cached latent into per-head keys and values, then attend;
@@ -28,7 +34,7 @@ from torch import nn
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .multihead import merge_heads
-from .positions import apply_rope
+from .positions import ROPE_TYPES, apply_rope, scaled_rope_frequencies, softmax_mscale
 from .registry import IMPLEMENTATIONS
 
 
@@ -52,6 +58,7 @@ class MultiHeadLatentAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, *, kv_lora_rank: int,
                  qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int,
                  q_lora_rank: int | None = None, rope_base: float = 10000.0,
+                 rope_scaling: dict | None = None,
                  norm_eps: float = 1e-6, implementation: str = "sdpa") -> None:
         super().__init__()
         if implementation not in IMPLEMENTATIONS:
@@ -60,10 +67,13 @@ class MultiHeadLatentAttention(nn.Module):
         if qk_rope_head_dim <= 0 or qk_rope_head_dim % 2:
             raise ValueError(f"qk_rope_head_dim must be even and > 0, got {qk_rope_head_dim}")
         H, N, R, V = num_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+        scaled_rope_frequencies(R, rope_base, rope_scaling)   # validates rope_scaling now
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.embed_dim, self.num_heads, self.implementation = embed_dim, H, implementation
         self.kv_lora_rank, self.q_lora_rank, self.rope_base = kv_lora_rank, q_lora_rank, rope_base
         self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim = N, R, V
-        self.scale = (N + R) ** -0.5                     # the full query-key width
+        # the full query-key width, times DeepSeek's mscale² under RoPE scaling
+        self.scale = (N + R) ** -0.5 * softmax_mscale(rope_scaling)
         if q_lora_rank is None:
             self.q_proj = nn.Linear(embed_dim, H * (N + R), bias=False)
         else:
@@ -88,13 +98,15 @@ class MultiHeadLatentAttention(nn.Module):
              else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))))
         q = q.view(B, L, self.num_heads, -1).transpose(1, 2)
         q_nope, q_rope = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-        return q_nope, apply_rope(q_rope, offset=offset, base=self.rope_base)
+        return q_nope, apply_rope(q_rope, offset=offset, base=self.rope_base,
+                                  rope_scaling=self.rope_scaling)
 
     def latents(self, x: torch.Tensor, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What the cache stores: ``(c (B, L, r), k_rope (B, L, R))``, the key rotated."""
         c, k_rope = self.kv_a_proj_with_mqa(x).split(
             [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
-        return self.kv_a_layernorm(c), apply_rope(k_rope, offset=offset, base=self.rope_base)
+        return self.kv_a_layernorm(c), apply_rope(k_rope, offset=offset, base=self.rope_base,
+                                                  rope_scaling=self.rope_scaling)
 
     def _naive(self, q_nope, q_rope, c, k_rope, mask, is_causal):
         """Decompress: k^h = [W_UK^h c; k_rope], v^h = W_UV^h c for all S tokens, then attend."""
@@ -148,6 +160,9 @@ class MultiHeadLatentAttention(nn.Module):
         DeepSeek rotates interleaved pairs (V2 always; V3 when ``config.rope_interleave``):
         their rotary rows of ``q_b_proj``/``q_proj`` and ``kv_a_proj_with_mqa`` are reordered
         to split halves (:func:`deinterleave_rows`); scores are unchanged by the reordering.
+        RoPE scaling (``config.rope_parameters``, or the older ``config.rope_scaling``) is
+        carried over (:func:`rope_scaling_from_config`); a configuration the course cannot
+        reproduce raises ``ValueError`` naming the field.
         """
         cfg = attn.config
         H, N, R = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
@@ -156,7 +171,8 @@ class MultiHeadLatentAttention(nn.Module):
         eps = attn.kv_a_layernorm.variance_epsilon
         new = cls(cfg.hidden_size, H, kv_lora_rank=cfg.kv_lora_rank, qk_nope_head_dim=N,
                   qk_rope_head_dim=R, v_head_dim=cfg.v_head_dim, q_lora_rank=cfg.q_lora_rank,
-                  rope_base=float(theta), norm_eps=eps)
+                  rope_base=float(theta), rope_scaling=rope_scaling_from_config(cfg),
+                  norm_eps=eps)
         state = {k: v.detach().clone() for k, v in attn.state_dict().items()}
         if any(k.endswith(".bias") for k in state):
             raise ValueError("from_transformers supports attention_bias=False only")
@@ -174,7 +190,63 @@ class MultiHeadLatentAttention(nn.Module):
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
                 f"q_lora_rank={self.q_lora_rank}, kv_lora_rank={self.kv_lora_rank}, "
                 f"qk_nope_head_dim={self.qk_nope_head_dim}, "
-                f"qk_rope_head_dim={self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}")
+                f"qk_rope_head_dim={self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}"
+                + (f", rope_scaling={self.rope_scaling}" if self.rope_scaling else ""))
+
+
+#: the rope_scaling keys the course reads (positions.scaled_rope_frequencies, softmax_mscale)
+_ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "original_max_position_embeddings",
+              "attention_factor", "mscale", "mscale_all_dim", "beta_fast", "beta_slow",
+              "truncate", "low_freq_factor", "high_freq_factor", "partial_rotary_factor"}
+#: transformers' types the course reproduces: "dynamic" is refused (transformers' dynamic NTK
+#: is stateful: its table grows with the longest sequence a module has seen, from
+#: max_position_embeddings), "longrope" and "proportional" are not in the core
+_FROM_TRANSFORMERS_TYPES = ("default", "linear", "yarn", "llama3")
+
+
+def rope_scaling_from_config(cfg) -> dict | None:
+    """The course's ``rope_scaling`` for a transformers DeepSeek config (``rope_parameters``,
+    or the older ``rope_scaling``), or None for plain RoPE. Raises ``ValueError`` naming the
+    field for anything the course would not reproduce exactly."""
+    field = "rope_parameters"
+    params = getattr(cfg, "rope_parameters", None)
+    if params is None:
+        field, params = "rope_scaling", getattr(cfg, "rope_scaling", None)
+    if params is None:
+        return None
+    if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+        raise ValueError(f"from_transformers needs config.{field} as one flat dict, got "
+                         f"{params!r}")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in _FROM_TRANSFORMERS_TYPES:
+        why = (" (transformers' dynamic NTK grows its table with the longest sequence seen)"
+               if kind == "dynamic" else
+               f" (the course's RoPE scaling has {', '.join(ROPE_TYPES)})")
+        raise ValueError(f"from_transformers cannot reproduce config.{field}['rope_type'] = "
+                         f"{kind!r}{why}; supported: {', '.join(_FROM_TRANSFORMERS_TYPES)}")
+    unknown = sorted(set(params) - _ROPE_KEYS)
+    if unknown:
+        raise ValueError(f"from_transformers cannot reproduce config.{field} with the keys "
+                         f"{unknown} (the course reads {sorted(_ROPE_KEYS)})")
+    partial = params.get("partial_rotary_factor", 1.0)
+    if partial not in (None, 1, 1.0):
+        raise ValueError(f"from_transformers cannot reproduce config.{field}"
+                         f"['partial_rotary_factor'] = {partial!r} (MLA rotates all "
+                         f"qk_rope_head_dim features)")
+    head_dim = getattr(cfg, "head_dim", cfg.qk_rope_head_dim)
+    if head_dim != cfg.qk_rope_head_dim:
+        raise ValueError(f"from_transformers cannot reproduce config.head_dim = {head_dim} != "
+                         f"config.qk_rope_head_dim = {cfg.qk_rope_head_dim} (transformers "
+                         f"sizes RoPE scaling by head_dim, MLA rotates qk_rope_head_dim)")
+    if kind == "default":            # transformers ignores mscale_all_dim here too
+        return None
+    scaling = {k: v for k, v in params.items()
+               if k not in ("rope_theta", "type", "partial_rotary_factor")}
+    scaling["rope_type"] = kind
+    if kind == "yarn" and scaling.get("factor") is None:   # transformers' yarn: the ratio
+        scaling["factor"] = (cfg.max_position_embeddings
+                             / scaling["original_max_position_embeddings"])
+    return scaling
 
 
 def mla_cache_bytes(tokens: int, layers: int, kv_lora_rank: int, qk_rope_head_dim: int,
@@ -184,4 +256,5 @@ def mla_cache_bytes(tokens: int, layers: int, kv_lora_rank: int, qk_rope_head_di
     return layers * (kv_lora_rank + qk_rope_head_dim) * bytes_per_element * tokens * batch
 
 
-__all__ = ["MultiHeadLatentAttention", "deinterleave_rows", "mla_cache_bytes"]
+__all__ = ["MultiHeadLatentAttention", "deinterleave_rows", "mla_cache_bytes",
+           "rope_scaling_from_config"]

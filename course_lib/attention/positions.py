@@ -150,6 +150,26 @@ def scaled_rope_frequencies(E: int, base: float = 10000.0,
     return theta / s * (1 - smooth) + theta * smooth, 1.0
 
 
+def softmax_mscale(rope_scaling: RopeScaling | None) -> float:
+    r"""DeepSeek's factor on the softmax scale under RoPE scaling: :math:`m^2` with
+    :math:`m = 0.1\,\mathrm{mscale\_all\_dim}\,\ln s + 1` (``s = factor``; ``m = 1`` for
+    ``s <= 1``) when ``rope_scaling`` has a non-zero ``mscale_all_dim`` and a type other than
+    ``"default"``; else 1.
+
+    DeepSeek-V2/V3 (and transformers' ``DeepseekV3Attention``) multiply the scores' scale
+    :math:`1/\sqrt{E}` by it, on top of YaRN's attention factor on cos and sin (which only
+    reaches the rotary features): with ``mscale = mscale_all_dim`` that factor is 1 and this one
+    alone raises the scale, for every feature.
+    """
+    if rope_scaling is None:
+        return 1.0
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    m_all = rope_scaling.get("mscale_all_dim")
+    if kind == "default" or not m_all:
+        return 1.0
+    return _yarn_mscale(_key(rope_scaling, "factor"), float(m_all)) ** 2
+
+
 def _positions(L: int, offset: int, position_ids: torch.Tensor | None) -> torch.Tensor:
     """float64 positions: ``(L,)`` ``offset … offset+L−1``, or ``position_ids`` ``(B, L)``."""
     if position_ids is None:
