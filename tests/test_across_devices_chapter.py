@@ -59,11 +59,45 @@ def test_bytes_sent_ring_against_ulysses():
         helpers.bytes_sent_per_rank("allgather", *args[:1], 2, *args[1:])
 
 
+@pytest.mark.parametrize(("world", "expected"), [(2, 4.5), (4, 2.25), (8, 1.125)])
+def test_ulysses_sends_queries_and_outputs_at_every_query_head(world, expected):
+    # 64 query heads, 8 key/value heads (Llama 3 70B): Ulysses / ring = (1 + H/H_kv) / W
+    ring = helpers.bytes_sent_per_rank("ring", 4096, world, 64, 128, 2, kv_heads=8)
+    uly = helpers.bytes_sent_per_rank("ulysses", 4096, world, 64, 128, 2, kv_heads=8)
+    shard = 4096 / world * 128 * 2
+    assert ring == (world - 1) * 2 * 8 * shard                       # K and V at 8 heads
+    assert uly == pytest.approx((world - 1) / world * (2 * 64 + 2 * 8) * shard)
+    assert uly / ring == pytest.approx(expected, rel=1e-12)
+
+
+def test_backward_step_needs_shards_six_fifths_as_long_to_hide():
+    fwd = helpers.ring_step_cost(8192, 4, 32, 128, 2, kv_heads=8)
+    bwd = helpers.ring_step_cost(8192, 4, 32, 128, 2, kv_heads=8, backward=True)
+    c = 8192 / 4
+    assert bwd["flops"] == 10 * c * c * 32 * 128 and fwd["flops"] == 4 * c * c * 32 * 128
+    assert bwd["bytes"] == 2 * c * 8 * 128 * (2 + 4)      # K, V in bf16 + dK, dV in float32
+    assert (bwd["bytes"] / fwd["bytes"]) / (bwd["flops"] / fwd["flops"]) == pytest.approx(1.2)
+
+
 @pytest.mark.parametrize("world", (2, 3, 4, 8))
 def test_work_per_rank(world):
     assert helpers.work_per_rank(world, layout="contiguous") == list(range(1, world + 1))
     assert helpers.work_per_rank(world, layout="zigzag") == [(2 * world + 1) / 4] * world
     assert helpers.work_per_rank(world, layout="zigzag", is_causal=False) == [world] * world
+
+
+@pytest.mark.parametrize("world", (2, 3, 4, 8))
+def test_work_per_rank_with_tile_skipping(world):
+    # a flash kernel skips the tiles above the diagonal: a diagonal block costs half a block
+    contiguous = helpers.work_per_rank(world, layout="contiguous", kernel="tile-skipping")
+    assert contiguous == [r + 0.5 for r in range(world)]
+    assert contiguous[-1] / contiguous[0] == 2 * world - 1
+    assert helpers.work_per_rank(world, layout="zigzag", kernel="tile-skipping") \
+        == [world / 2] * world
+    assert helpers.work_per_rank(world, layout="zigzag", is_causal=False,
+                                 kernel="tile-skipping") == [world] * world
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        helpers.work_per_rank(world, layout="zigzag", kernel="flash")
 
 
 def test_datasheet_numbers_are_labelled_with_sources():
@@ -100,6 +134,19 @@ def test_explorer_work_after_the_last_step_is_the_schedule_total():
 def test_explorer_frames_and_text_alternative():
     ex = explorer.ring_explorer()
     assert len(ex.player_frames()) == 8
+    assert ex.defaults()["layout"] == "contiguous"             # what the text starts with
+    assert [f["layout"] for f in ex.player_frames()] == ["contiguous"] * 4 + ["zigzag"] * 4
     text = explorer.describe({"step": 0, "layout": "contiguous"})
     assert text == ("Ring attention on 4 ranks, contiguous shards, causal, after step 0: blocks "
                     "computed so far per rank rank 0 1, rank 1 1, rank 2 1, rank 3 1.")
+
+
+def test_explorer_fits_a_phone_column():
+    # stacked panels, at most 360 px wide in the book's player, its smallest text >= 10.5 px
+    ex = explorer.ring_explorer()
+    fig = ex.render()
+    top, bottom = fig.axes
+    assert top.get_position().y0 > bottom.get_position().y1    # one above the other
+    plt.close(fig)
+    assert ex.figsize[0] * ex.player_dpi() <= 360
+    assert ex.smallest_text_pt() * ex.player_dpi() / 72 >= 10.5

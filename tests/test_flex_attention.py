@@ -230,3 +230,22 @@ def test_reference_still_agrees_with_flex_on_a_plain_call():
     q, k, v = h.Problem(L=16, S=16).qkv(torch.float64)
     assert (flex_attention(q, k, v) - reference.scaled_dot_product_attention(q, k, v)
             ).abs().max() < 1e-12
+
+
+def test_speed_against_density_figure_plots_every_committed_row():
+    from course_lib.chapters.ch11_flex_attention import plots
+
+    runs = {"cpu": h.load_bench_results(), "gpu": h.load_bench_results("flex-cuda.json")}
+    made = {"causal": {"tiles_skipped_fraction": 0.25, "seconds_flex_compiled": 3.0,
+                       "seconds_sdpa_dense": 4.0, "mask": "causal"}}
+    point = plots.speed_vs_density({"results": list(made.values())})
+    assert point == [{"mask": "causal", "density": 0.75, "time vs dense SDPA": 0.75}]
+    fig, ax = plt.subplots()
+    plots.plot_speed_vs_density(ax, runs)
+    drawn = sorted((float(line.get_xdata()[0]), float(line.get_ydata()[0]))
+                   for line in ax.lines if line.get_linestyle() == "None")
+    want = sorted((p["density"], p["time vs dense SDPA"])
+                  for data in runs.values() for p in plots.speed_vs_density(data))
+    assert len(want) == 6 and [x for pt in drawn for x in pt] == pytest.approx(
+        [x for pt in want for x in pt])
+    plt.close(fig)

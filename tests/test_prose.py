@@ -231,3 +231,57 @@ def test_flashattention_utilisation_figures_are_the_papers():
 ])
 def test_retired_false_claims_stay_retired(page, claim):
     assert claim not in _prose(BOOK / page).replace("\n", " ")
+
+
+def _paragraph(text: str, needle: str) -> str:
+    """The blank-line-separated paragraph of ``text`` that contains ``needle``."""
+    return next(p for p in re.split(r"\n\s*\n", text) if needle in p)
+
+
+def test_ring_self_attention_is_credited_before_ring_attention():
+    ch13 = _prose(BOOK / "13_across_devices.ipynb")
+    ring = _paragraph(ch13, "Ring Self-Attention")
+    assert "li2021sequence" in ring and "liu2023ring" in ring
+    assert "blockwise" in ring and "overlapped" in ring and "memory" in ring   # Liu et al.
+    assert "li2021sequence" in _bullet(ch13, "* Ring Self-Attention")          # and in References
+
+
+def test_tile_skipping_on_the_diagonal_is_credited_to_flashattention_2():
+    ch13 = _prose(BOOK / "13_across_devices.ipynb").replace("\n", " ")
+    skip = next(s for s in re.split(r"(?<=[.!?])\s", ch13) if "skips the tiles above" in s)
+    assert "dao2023flashattention2" in skip and "section 3.1" in ch13
+    assert "$2W - 1$" in ch13 and "$W/2$" in ch13                  # both kernels' numbers
+    assert "here and in most kernels" not in ch13
+
+
+def test_context_parallel_is_said_to_all_gather_by_default():
+    ch13 = _prose(BOOK / "13_across_devices.ipynb").replace("\n", " ")
+    cp = next(s for s in re.split(r"(?<=[.!?])\s", ch13) if "ships `torch.distributed" in s)
+    assert "by default all-gathers the keys and values" in cp
+    assert 'set_rotate_method("alltoall")' in ch13
+    assert "rotates keys and values between ranks" not in ch13
+
+
+def test_ulysses_volume_is_stated_with_grouped_query_attention():
+    ch13 = _prose(BOOK / "13_across_devices.ipynb").replace("\n", " ")
+    assert r"\frac{1 + H/H_{kv}}{W}" in ch13 and "$(1 + H/H_{kv})/W$" in ch13
+    assert not re.search(r"(?<!without GQA )Ulysses sends \$2/W\$", ch13, re.I)  # only w/o GQA
+
+
+def test_deepseek_v2_and_v3_have_distinct_author_year_labels():
+    # both are "DeepSeek-AI, 2024": the bibliography's years tell them apart (2024a, 2024b)
+    years = {key: re.search(r"\byear\s*=\s*\{([^}]*)\}", entry).group(1)
+             for entry in re.split(r"\n(?=@)", BIB)
+             if (key := (re.match(r"@\w+\{([^,\s]+),", entry.strip()) or [None, None])[1])
+             in ("deepseekai2024v2", "deepseekai2024v3")}
+    assert years == {"deepseekai2024v2": "2024a", "deepseekai2024v3": "2024b"}
+
+
+def test_the_set_up_section_tells_the_readme_story():
+    intro = (BOOK / "intro.md").read_text(encoding="utf-8")
+    setup = intro[intro.index("## Set-up"):]
+    assert "make lab" in setup and "jupyter lab book" not in intro
+    assert "well under two minutes" not in intro            # no per-chapter time nobody measured
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "make lab    # JupyterLab on workbook/" in readme and "make lab    # JupyterLab on " \
+        "workbook/" in setup

@@ -82,3 +82,36 @@ def plot_tile_grid(fig: plt.Figure, cases: dict[str, tuple[torch.Tensor, Tiles]]
     for ax in axes[n:]:
         ax.set_visible(False)
     tile_legend(fig)
+
+
+def speed_vs_density(data: dict) -> list[dict[str, float | str]]:
+    """Per mask of a committed benchmark (``load_bench_results``): the fraction of tiles the
+    compiled kernel computes (``1 - skipped``) and its time as a fraction of dense SDPA's."""
+    return [{"mask": r["mask"], "density": 1.0 - r["tiles_skipped_fraction"],
+             "time vs dense SDPA": r["seconds_flex_compiled"] / r["seconds_sdpa_dense"]}
+            for r in data["results"]]
+
+
+def plot_speed_vs_density(ax: plt.Axes, runs: dict[str, dict]) -> None:
+    """Compiled flex's time relative to SDPA with a dense mask (1 = as slow) against the
+    fraction of tiles it computes: one colour per benchmark (``label -> data``), one marker per
+    mask; the diagonal is a kernel whose time follows the tiles it computes, exactly."""
+    from course_lib.toolkit.plotting import PALETTE
+
+    markers = ("o", "s", "^", "D", "v")
+    masks: list[str] = []
+    for i, (label, data) in enumerate(runs.items()):
+        for p in speed_vs_density(data):
+            if p["mask"] not in masks:
+                masks.append(p["mask"])
+            ax.plot(p["density"], p["time vs dense SDPA"], markers[masks.index(p["mask"])],
+                    color=PALETTE[i], markersize=8, markeredgecolor="white",
+                    label=f"{label}: {p['mask']}")
+    ax.plot([0, 1], [0, 1], color="0.45", lw=1, ls="--",
+            label="time ∝ tiles computed (dense SDPA = 1)")
+    ax.axhline(1.0, color="0.7", lw=0.8)
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("fraction of tiles computed (1 − skipped)")
+    ax.set_ylabel("compiled flex time / dense SDPA")
+    ax.legend(frameon=False, fontsize=8, loc="upper left")

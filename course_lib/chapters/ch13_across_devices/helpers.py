@@ -165,12 +165,23 @@ def max_error(ranks: list[dict[str, Any]], whole: dict[str, Any], layout: str) -
 # --------------------------------------------------------------------------- the cost model
 
 
-def work_per_rank(world: int, *, layout: str, is_causal: bool = True) -> list[float]:
+#: What a diagonal chunk pair costs, as a fraction of a full one: ``"masked"`` computes it whole
+#: and then masks it (the course's ring); ``"tile-skipping"`` is a flash kernel with the causal
+#: flag, which skips the tiles above the diagonal (FlashAttention-2, section 3.1): about half.
+DIAGONAL_COST = {"masked": 1.0, "tile-skipping": 0.5}
+
+
+def work_per_rank(world: int, *, layout: str, is_causal: bool = True,
+                  kernel: str = "masked") -> list[float]:
     """Block pairs each rank computes over the whole ring, in units of one contiguous
-    ``(L/W) × (L/W)`` block (a zigzag chunk pair is a quarter of one)."""
+    ``(L/W) × (L/W)`` block (a zigzag chunk pair is a quarter of one); a diagonal pair costs
+    ``DIAGONAL_COST[kernel]`` of a full one."""
+    if kernel not in DIAGONAL_COST:
+        raise ValueError(f"kernel must be one of {sorted(DIAGONAL_COST)}, got {kernel!r}")
     size = 1.0 / chunks_per_rank(layout) ** 2
-    return [sum(s[r].computed for s in cp.ring_schedule(world, is_causal=is_causal,
-                                                       layout=layout)) * size
+    cost = {"full": 1.0, "diagonal": DIAGONAL_COST[kernel], "skipped": 0.0}
+    return [sum(cost[p.kind] for s in cp.ring_schedule(world, is_causal=is_causal, layout=layout)
+                for p in s[r].pairs) * size
             for r in range(world)]
 
 
@@ -178,12 +189,19 @@ def chunks_per_rank(layout: str) -> int:
     return cp.chunks_per_rank(layout)
 
 
-def ring_step_cost(seq: int, world: int, heads: int, dim: int, bytes_per_element: int
-                   ) -> dict[str, float]:
-    """One ring step, one rank, forward, no mask: FLOPs of ``(L/W)²`` scores and their P·V
-    (``4·(L/W)²·H·E``) and the bytes of the K and V shards it sends (``2·(L/W)·H·E·b``)."""
+def ring_step_cost(seq: int, world: int, heads: int, dim: int, bytes_per_element: int, *,
+                   kv_heads: int | None = None, backward: bool = False,
+                   accumulator_bytes: int = 4) -> dict[str, float]:
+    """One ring step, one rank, no mask, ``c = L/W``. Forward: the FLOPs of ``c²`` scores and
+    their P·V (``4·c²·H·E``) and the bytes of the K and V shards it sends (``2·c·H_kv·E·b``).
+    Backward: five products (S recomputed, dV, dP, dQ, dK: ``10·c²·H·E``), and it sends K and V
+    with their dK, dV accumulators (``2·c·H_kv·E·(b + accumulator_bytes)``)."""
     c = seq / world
-    return {"flops": 4 * c * c * heads * dim, "bytes": 2 * c * heads * dim * bytes_per_element}
+    kv = heads if kv_heads is None else kv_heads
+    if backward:
+        return {"flops": 10 * c * c * heads * dim,
+                "bytes": 2 * c * kv * dim * (bytes_per_element + accumulator_bytes)}
+    return {"flops": 4 * c * c * heads * dim, "bytes": 2 * c * kv * dim * bytes_per_element}
 
 
 def min_shard_to_hide(rate: float, bandwidth: float, bytes_per_element: int) -> float:
@@ -193,13 +211,16 @@ def min_shard_to_hide(rate: float, bandwidth: float, bytes_per_element: int) -> 
 
 
 def bytes_sent_per_rank(method: str, seq: int, world: int, heads: int, dim: int,
-                        bytes_per_element: int) -> float:
-    """Forward bytes one rank sends. Ring: its K and V shards, ``W - 1`` hops: ``(W-1)·2·(L/W)·
-    H·E·b``. Ulysses: of each all-to-all (Q, K, V in, O back) it keeps 1/W of its shard and
-    sends the rest: ``4·(W-1)/W·(L/W)·H·E·b``."""
-    shard = seq / world * heads * dim * bytes_per_element
+                        bytes_per_element: int, *, kv_heads: int | None = None) -> float:
+    """Forward bytes one rank sends, ``H`` query and ``H_kv`` key/value heads (default
+    ``H_kv = H``). Ring: its K and V shards, ``W - 1`` hops: ``(W-1)·2·(L/W)·H_kv·E·b``.
+    Ulysses: of each all-to-all (Q and O at ``H`` heads, K and V at ``H_kv``) it keeps 1/W of
+    its shard and sends the rest: ``(W-1)/W·(L/W)·(2H + 2H_kv)·E·b``. Their ratio is
+    ``(1 + H/H_kv)/W``."""
+    kv = heads if kv_heads is None else kv_heads
+    shard = seq / world * dim * bytes_per_element
     if method == "ring":
-        return (world - 1) * 2 * shard
+        return (world - 1) * 2 * kv * shard
     if method == "ulysses":
-        return 4 * (world - 1) / world * shard
+        return (world - 1) / world * (2 * heads + 2 * kv) * shard
     raise ValueError(f"method must be 'ring' or 'ulysses', got {method!r}")

@@ -51,7 +51,8 @@ def kind_legend(fig: plt.Figure) -> None:
                frameon=False)
 
 
-def plot_work_per_rank(ax: plt.Axes, work: dict[str, list[float]]) -> None:
+def plot_work_per_rank(ax: plt.Axes, work: dict[str, list[float]], *,
+                       title: str | None = None) -> None:
     """Bars: causal work per rank (in contiguous blocks) for each layout in ``work``."""
     world = len(next(iter(work.values())))
     width = 0.8 / len(work)
@@ -62,7 +63,10 @@ def plot_work_per_rank(ax: plt.Axes, work: dict[str, list[float]]) -> None:
         ax.bar_label(bars, fmt="%g", fontsize=8)
     ax.set_xticks(range(world), [f"rank {r}" for r in range(world)])
     ax.set_ylabel("blocks computed (L/W × L/W)")
+    ax.set_ylim(0, max(max(v) for v in work.values()) * 1.15)
     ax.legend(frameon=False, loc="upper left")
+    if title:
+        ax.set_title(title, fontsize=10)
 
 
 def plot_score_blocks(ax: plt.Axes, world: int, step: int, *, is_causal: bool = True,
