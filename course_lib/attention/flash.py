@@ -99,6 +99,17 @@ def _tile(mask: torch.Tensor, i0: int, i1: int, j0: int, j1: int) -> torch.Tenso
     return _cut(mask, -1, j0, j1) if mask.shape[-1] > 1 else mask
 
 
+def _in_place_ok(*tensors: torch.Tensor | None) -> bool:
+    """Whether the tiles may be updated in place: no autograd graph is being recorded (the
+    contrast path, a double backward) and no ``torch.func`` transform, nor the vmap of batched
+    gradients, wraps an operand (writing a batched value into a plain tensor fails)."""
+    if torch.is_grad_enabled():
+        return False
+    ft = torch._C._functorch
+    return not any(t is not None and (ft.is_functorch_wrapped_tensor(t)
+                                      or ft.is_legacy_batchedtensor(t)) for t in tensors)
+
+
 def _cut(t: torch.Tensor, dim: int, a: int, b: int) -> torch.Tensor:
     """``t`` restricted to ``a:b`` along ``dim``, by ``narrow``: indexing with a slice that covers
     the whole dim returns ``aten::alias``, which the vmap of batched gradients cannot batch."""
@@ -325,6 +336,7 @@ def _forward_tiles(plan: _Plan, q, kT, v, mask) -> tuple[torch.Tensor, torch.Ten
     N, G = plan.N, plan.groups
     drop = _Dropout(plan) if plan.dropout_p > 0 else None
     may_be_dead = mask is not None or plan.d < 0       # a row may have seen no key yet
+    in_place = _in_place_ok(q, kT, v, mask)            # plain tensors, no graph: update O in place
     outs, lses = [], []
     for _, i0, i1 in plan.blocks(plan.L, plan.bq):
         rows = G * (i1 - i0)
@@ -345,7 +357,10 @@ def _forward_tiles(plan: _Plan, q, kT, v, mask) -> tuple[torch.Tensor, torch.Ten
             ell = alpha * ell + P_ij.sum(dim=-1, keepdim=True)  # ℓ keeps the undropped sum
             if drop is not None:
                 P_ij = P_ij * drop.factors(keep, j0, j1, P_ij)
-            O = torch.baddbmm(O * alpha, P_ij, _cut(v, 1, j0, j1))  # O <- e^{m - m_new} O + P V
+            if in_place:                                 # O <- e^{m - m_new} O + P V
+                O = O.mul_(alpha).baddbmm_(P_ij, _cut(v, 1, j0, j1))
+            else:
+                O = torch.baddbmm(O * alpha, P_ij, _cut(v, 1, j0, j1))
             m = m_new
             del S_ij, P_ij                               # free this tile before the next
         outs.append((O / ell.masked_fill(ell == 0, 1.0)).reshape(N, G, i1 - i0, plan.Ev))
@@ -365,13 +380,20 @@ def _add(acc: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
     return t if acc is None else acc + t
 
 
+def _add_in_place(acc: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``acc + a @ b``, accumulated into ``acc`` (a fresh product the first time)."""
+    return torch.bmm(a, b) if acc is None else acc.baddbmm_(a, b)
+
+
 def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmask: bool):
     """dQ (unscaled by s), dK, dV tile by tile from the recomputed ``P = e^{S - lse}``, and, when
     ``need_dmask``, a float mask's gradient ``dS`` in the grouped mask's shape. ``dlse`` is the
     gradient reaching the log-sum-exp (double backward): ``dS += P ∘ dlse``. Out-of-place ops
-    only: the backward is itself differentiable and batches under vmap."""
+    only when the backward must itself be differentiable or batch under vmap; in place (no tile
+    allocated for dP ∘ ..., accumulators updated where they are) otherwise."""
     N, G = plan.N, plan.groups
     drop = _Dropout(plan) if plan.dropout_p > 0 else None
+    in_place = _in_place_ok(q, kT, v, mask, out, lse, dout, dlse)
     lse = lse.masked_fill(lse == _NEG_INF, float("inf"))  # a dead row: P = e^{-inf} = 0
     D = (dout * out).sum(dim=-1, keepdim=True) - dlse     # rowsum(dO ∘ O) = rowsum(P ∘ dP)
     dq_blocks: list[torch.Tensor] = []
@@ -393,16 +415,24 @@ def _backward_tiles(plan: _Plan, q, kT, v, mask, out, lse, dout, dlse, need_dmas
                 break                                    # (never with a float mask)
             P_ij = _scores(plan, q_i, kT, mask, i0, i1, j0, j1).sub_(lse_i).exp_()  # recomputed
             dP_ij = torch.bmm(do_i, _cut(v, 1, j0, j1).transpose(1, 2))  # dO_i V_jᵀ
-            if drop is not None:
-                factors = drop.factors(keep, j0, j1, P_ij)                        # same mask
-                dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm((P_ij * factors).transpose(1, 2),
-                                                              do_i))
-                dP_ij = dP_ij * factors
+            factors = drop.factors(keep, j0, j1, P_ij) if drop is not None else None  # same mask
+            PD = P_ij if factors is None else P_ij * factors                      # dropped P
+            if in_place:
+                dv_blocks[tj] = _add_in_place(dv_blocks[tj], PD.transpose(1, 2), do_i)
+                del PD
+                if factors is not None:
+                    dP_ij.mul_(factors)
+                dS_ij = P_ij.mul_(dP_ij.sub_(D_i))                                # P ∘ (dP − D)
+                dq_i.baddbmm_(dS_ij, _cut(kT, 2, j0, j1).transpose(1, 2))         # dS K
+                dk_blocks[tj] = _add_in_place(dk_blocks[tj], dS_ij.transpose(1, 2), q_i)
             else:
-                dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm(P_ij.transpose(1, 2), do_i))
-            dS_ij = P_ij * (dP_ij - D_i)                                          # P ∘ (dP − D)
-            dq_i = torch.baddbmm(dq_i, dS_ij, _cut(kT, 2, j0, j1).transpose(1, 2))  # dS K
-            dk_blocks[tj] = _add(dk_blocks[tj], torch.bmm(dS_ij.transpose(1, 2), q_i))  # dSᵀ sQ
+                dv_blocks[tj] = _add(dv_blocks[tj], torch.bmm(PD.transpose(1, 2), do_i))
+                del PD
+                if factors is not None:
+                    dP_ij = dP_ij * factors
+                dS_ij = P_ij * (dP_ij - D_i)                                      # P ∘ (dP − D)
+                dq_i = torch.baddbmm(dq_i, dS_ij, _cut(kT, 2, j0, j1).transpose(1, 2))  # dS K
+                dk_blocks[tj] = _add(dk_blocks[tj], torch.bmm(dS_ij.transpose(1, 2), q_i))
             if need_dmask:
                 tile_shape = _tile(mask, i0, i1, j0, j1).shape
                 part = _sum_to(_grid(plan, dS_ij, i0, i1, j0, j1), tile_shape)
