@@ -128,9 +128,20 @@ ROUTES = [relabelled, copied, recompiled, marshalled,
           source_file_execd_under_its_own_name, through_a_frame]
 
 
+#: Routes the worker's policy stops before the guard sees a call (issue 52: no frames, no gc
+#: walk, no code loaded from bytes or made to claim a course file) -> what the refusal names.
+TAMPERING = {"marshalled": "marshal", "found_by_gc": "gc.get_",
+             "source_file_execd_under_its_own_name": "code made to claim",
+             "through_a_frame": "sys._getframe"}
+
+
 @pytest.mark.parametrize("route", ROUTES, ids=[r.__name__ for r in ROUTES])
 def test_every_route_to_the_course_solution_is_refused(route):
     result = exercises.check("split_heads", route)
+    if route.__name__ in TAMPERING:
+        assert not result.passed and result.mistake == "tampering", result.message
+        assert TAMPERING[route.__name__] in result.message, result.message
+        return
     assert not result.passed and result.mistake == "course_call", result.message
     # named by what was reached first: the function, its twin in course_lib.attention, or the
     # module body that defines it
@@ -159,7 +170,9 @@ def test_own_code_relabelled_as_a_course_module_body_is_not_trusted_as_a_caller(
             x, num_heads)
 
     result = exercises.check("split_heads", sneaky)
-    assert not result.passed and result.mistake == "course_call", result.message
+    # the relabelled code is refused where it is made (issue 52), before it could call
+    assert not result.passed and result.mistake == "tampering", result.message
+    assert "code made to claim" in result.message, result.message
 
 
 def test_a_copy_cannot_claim_an_allowed_name(monkeypatch):

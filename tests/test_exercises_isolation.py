@@ -189,9 +189,12 @@ def test_state_changes_do_not_leak_into_the_session(change, read):
 # ---------------------------------------------------------------- exits, crashes, hangs, memory
 
 
-def test_os_exit_ends_only_the_worker():
+def test_os_exit_is_refused_in_the_worker():
+    """Only the checker ends its worker (issue 52: a forger left with os._exit(0) after
+    writing its own reports); the session goes on."""
     result = exercises.check("softmax", lambda x, dim=-1: os._exit(3))
-    assert result.mistake == "process_exit" and "exit status 3" in result.message
+    assert result.mistake == "tampering" and "os._exit" in result.message, result.message
+    assert exercises.check("softmax", _stable).passed
 
 
 def test_sys_exit_and_keyboard_interrupt_are_errors():
@@ -342,8 +345,9 @@ def test_cli_time_limit_covers_loading_the_file(tmp_path, capsys):
 
     exits = tmp_path / "exits.py"
     exits.write_text("import os\nos._exit(4)\n")
-    assert main(["check", "softmax", str(exits)]) == 2
-    assert "ended the Python process" in capsys.readouterr().err
+    assert main(["check", "softmax", str(exits)]) == 1
+    captured = capsys.readouterr()
+    assert "os._exit" in captured.out + captured.err
 
 
 def test_cli_checks_in_the_worker(tmp_path, capsys):

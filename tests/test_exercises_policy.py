@@ -13,6 +13,7 @@ import os
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -450,6 +451,16 @@ def test_a_files_top_level_finds_no_cases_to_answer(tmp_path):
             return ANSWERS.get((tuple(x.shape), tuple(x.flatten()[:4].tolist())), x)
     """)
     for seed in (5, None):
+        # The stack walk is refused (issue 52: frames lead to the worker's own state) and the
+        # refusal is recorded even though nothing catches it here.
+        result = exercises.check("softmax", source, seed=seed, record=False)
+        assert not result.passed and result.mistake == "tampering", result
+        assert "sys._getframe" in result.message, result.message
+    # Without the stack walk, the engine's kept cases of a chosen seed are not in the worker.
+    text = Path(source.path).read_text()
+    start, end = text.index("frame = sys._getframe()"), text.index("for kept in list(")
+    Path(source.path).write_text(text[:start] + text[end:])
+    for seed in (5, None):
         result = exercises.check("softmax", source, seed=seed, record=False)
         assert not result.passed and result.mistake == "wrong_values", result
     # The route itself works where the cases are on the stack (here, in this frame).
@@ -474,8 +485,10 @@ def test_a_replaced_torch_function_cannot_rewrite_the_report(tmp_path):
         def softmax(x, dim=-1):
             return torch.softmax(x, dim)
     """)
+    # The worker bound torch.save before loading the file: the replacement never sees a
+    # report, and the refusal of torch.softmax is reported as it happened.
     result = exercises.check("softmax", source, record=False)
-    assert not result.passed and result.mistake == "tampering", result
+    assert not result.passed and result.mistake == "forbidden_call", result
 
 
 # --------------------------------------------------------------------------- the session's state
@@ -493,3 +506,142 @@ def test_a_check_leaves_the_sessions_random_numbers_alone(exercise_id):
     assert result.status in ("failed", "error", "passed")
     assert torch.equal(torch.randn(5), expected)
     assert torch.get_default_dtype() == dtype and torch.is_grad_enabled() == grad
+
+
+# ------------------------------------------------------ issue 52: reaching into the worker
+
+
+def _forger(extra_after: bool):
+    """A function that reports for the worker: one "clean" message per case, in the worker's
+    own format, written with ``os.write`` and ended with ``os._exit(0)``, both bound in the
+    session before the check (so the policy's replacements in the worker do not stop them).
+    Only this run's nonce, which it cannot read, is missing."""
+    import io
+    import struct
+
+    real_write, real_exit = os.write, os._exit
+    header = struct.Struct("<Q")
+
+    def inode(fd):
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    # The session's own descriptors (pytest's, xdist's): not written to. The worker's pipes
+    # are the ones it has beyond these.
+    session = {inode(fd) for fd in range(64)} - {None}
+
+    def forge(x, dim=-1):
+        value = _stable(x, dim)
+        msg = {"kind": "case", "error_type": "", "traceback": "", "placeholder": False,
+               "memory": False, "forbidden": None, "course_call": None, "tamper": None,
+               "policy": None, "extension": None, "square": None, "left_torch": False,
+               "printed": "", "inputs": [x.clone()], "value": value}
+        buf = io.BytesIO()
+        torch.save(msg, buf)
+        data = header.pack(len(buf.getvalue())) + buf.getvalue()
+        for fd in range(3, 64):
+            if inode(fd) in session or inode(fd) is None:
+                continue
+            try:
+                for _ in range(8):
+                    real_write(fd, data)
+            except OSError:
+                pass
+        if not extra_after:
+            real_exit(0)
+        return value
+
+    return forge
+
+
+@pytest.mark.parametrize("extra_after", [False, True], ids=["then_exit", "then_return"])
+def test_forged_reports_get_no_verdict(extra_after):
+    """Issue 52, route 1: a verdict rests on reports that carry the run's nonce, exactly one per
+    case, a final one, the end of the stream and the worker's normal exit; forged reports (here
+    with right values) are tampering, whether the forger leaves with os._exit(0) or returns."""
+    result = exercises.check("softmax", _forger(extra_after), record=False)
+    assert not result.passed and result.mistake == "tampering", result
+    assert "protocol" in result.message, result.message
+
+
+@pytest.mark.parametrize("body, label", [
+    ("import sys\nsys._getframe(1)", "sys._getframe"),
+    ("import inspect\ninspect.stack()", "sys._getframe"),
+    ("import traceback\nlist(traceback.walk_stack(None))", "sys._getframe"),
+    ("try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    e.__traceback__.tb_frame",
+     ".tb_frame"),
+    ("import gc\ngc.get_referrers(x)", "gc.get_referrers"),
+    ("import gc\ngc.get_objects()", "gc.get_objects"),
+    ("from course_lib.toolkit.checking import _policy\n"
+     "_policy.refuse_kernels.__code__ = (lambda groups: 0).__code__", "__code__"),
+    ("from course_lib.toolkit.checking import _isolation\n_isolation.run_call.__code__",
+     "__code__ of the checker"),
+    ("from course_lib.toolkit.checking import _isolation\n"
+     "compile('x = 1', _isolation.__file__, 'exec')", "code made to claim"),
+    ("import marshal\nmarshal.loads(marshal.dumps(1))", "marshal"),
+    ("from course_lib.toolkit.checking import _isolation\n"
+     "_isolation.fresh_args.__defaults__ = (None,)", "the checker's own code"),
+    ("import os\nos._exit(0)", "os._exit"),
+], ids=["getframe", "inspect_stack", "walk_stack", "tb_frame", "gc_referrers", "gc_objects",
+        "code_swap", "read_code", "compile_as_checker", "marshal", "patch_defaults",
+        "os_exit"])
+def test_the_primitives_of_tampering_are_refused(body, label):
+    """Issue 52, routes 1 and 2: walking frames or gc into the worker, swapping or reading the
+    code of its functions, making code that claims a trusted file, patching its classes and
+    leaving with os._exit are refused (tampering: no points), even when caught."""
+    ns: dict = {}
+    exec("def attempt(x):\n" + textwrap.indent(body, "    ") + "\n", ns)
+
+    def sneaky(x, dim=-1):
+        try:
+            ns["attempt"](x)
+        except BaseException:
+            pass
+        return _stable(x, dim)
+
+    result = exercises.check("softmax", sneaky, record=False)
+    assert not result.passed and result.mistake == "tampering", result
+    assert label in result.message, result.message
+
+
+def test_code_swapped_at_a_files_top_level_does_not_pass_torch_softmax(tmp_path):
+    """Issue 52, route 2: a file's top level swaps the code of the worker's ``run_call`` and
+    ``refuse_kernels`` (relabelled as the checker's file), then answers with torch.softmax."""
+    source = _file(tmp_path, """
+        import torch
+        from course_lib.toolkit.checking import _isolation, _policy, _sandbox
+
+        def _free(*args, **kwargs):
+            return 0
+
+        for target in (_policy.refuse_kernels, _sandbox.run_call):
+            try:
+                target.__code__ = _free.__code__.replace(co_filename=_sandbox.__file__)
+            except BaseException:
+                pass
+
+        def softmax(x, dim=-1):
+            return torch.softmax(x, dim)
+    """)
+    result = exercises.check("softmax", source, record=False)
+    assert not result.passed and result.mistake == "tampering", result
+
+
+def test_honest_library_uses_of_frames_still_pass():
+    """What the refusals leave alone: a namedtuple or a TypeVar (the standard library reads its
+    caller's frame for the module name) and a formatted traceback of the learner's own error
+    inside torch's code paths (the checker formats it)."""
+    import collections
+    import typing
+
+    def honest(x, dim=-1):
+        pair = collections.namedtuple("Pair", "a b")(1, 2)
+        typing.TypeVar("T")
+        return _stable(x, dim) * pair.a
+
+    assert exercises.check("softmax", honest, record=False).passed
+    result = exercises.check("softmax", lambda x, dim=-1: 1 / 0, record=False)
+    assert result.mistake == "raised" and "ZeroDivisionError" in result.message

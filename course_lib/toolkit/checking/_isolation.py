@@ -30,6 +30,7 @@ import gc
 import importlib.util
 import io
 import os
+import secrets
 import select
 import signal
 import struct
@@ -250,7 +251,8 @@ def _vm_bytes() -> int | None:
     return None
 
 
-def _setup_child(memory_cap: int | None) -> None:
+def _setup_child(memory_cap: int | None, protected: tuple[int, ...] = ()) -> Callable[..., Any]:
+    """Set the worker up and install the policy; returns the reporting trace function."""
     try:
         os.setpgid(0, 0)    # a group of its own: the parent kills it whole (see _Worker.close)
     except OSError:
@@ -282,19 +284,24 @@ def _setup_child(memory_cap: int | None) -> None:
             except Exception:
                 pass
     torch.set_num_threads(1)
-    _policy.install(os.getpid(), machinery_files(),
-                    _policy.generated_code(CallOutcome, Prepared, FileSource, Case))
+    return _policy.install(os.getpid(), machinery_files(),
+                           _policy.generated_code(CallOutcome, Prepared, FileSource, Case),
+                           protected)
 
 
-def _send(fd: int, obj: Any) -> None:
+def _send(fd: int, obj: Any, save: Callable[..., Any] | None = None,
+          write: Callable[[int, Any], int] | None = None) -> None:
     """``obj`` as ``torch.save`` bytes behind a length header: the worker's outcomes (plain data,
-    read with ``weights_only``), or the parent's cases for its own worker (read in full)."""
+    read with ``weights_only``), or the parent's cases for its own worker (read in full).
+    ``save``, ``write``: ``torch.save`` and ``os.write`` as the worker bound them before any
+    learner code ran (the policy then refuses ``os.write`` on this descriptor)."""
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    (save or torch.save)(obj, buf)
     data = buf.getvalue()
     view = memoryview(_HEADER.pack(len(data)) + data)
+    write = write or os.write
     while view:
-        n = os.write(fd, view)
+        n = write(fd, view)
         view = view[n:]
 
 
@@ -376,25 +383,34 @@ def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
            forbidden: tuple[str, ...], guard: CourseGuard | None,
            memory_cap: int | None, extension: Any, forget: Callable[[], None] | None) -> None:
     # Bound before any learner code runs: a file's top level that rebinds these module names
-    # (``_isolation.run_call = ...``) changes nothing here.
-    call, send, encode_outcome, copies, receive = run_call, _send, _encode_outcome, fresh_args, \
-        _receive
-    recorder, reporting, between = _policy.RECORDER, _policy.reporting, _policy.reporting_trace
-    refuse_kernels = _policy.refuse_kernels
-    _setup_child(memory_cap)
+    # (``_isolation.run_call = ...``, ``torch.save = ...``, ``os.write = ...``) changes nothing
+    # here, and the policy refuses changing the functions themselves (``__code__``).
+    call, encode_outcome, copies, receive = run_call, _encode_outcome, fresh_args, _receive
+    save, write, settrace = torch.save, os.write, sys.settrace
+    send_raw = _send
+
+    def send(obj: Any) -> None:
+        send_raw(fd, obj, save, write)
+
+    recorder, refuse_kernels = _policy.RECORDER, _policy.refuse_kernels
+    between = _setup_child(memory_cap, (fd, cases_fd))
     if forget is not None:
         forget()          # the session's kept cases and answers of chosen seeds: not here
-    send(fd, {"kind": "ready"})
+    send({"kind": "ready"})
     fn, prepared = _load_watched(source)
-    reporting()
+    settrace(between)     # from now until the next call no learner code runs (see _policy)
     loaded = prepared.outcome
-    send(fd, {"kind": "loaded", "untouched": prepared.untouched,
-              "load_error": prepared.load_error,
-              "refused": encode_outcome(loaded) if loaded is not None else None})
+    send({"kind": "loaded", "untouched": prepared.untouched,
+          "load_error": prepared.load_error,
+          "refused": encode_outcome(loaded) if loaded is not None else None})
     if fn is None or prepared.untouched:
         return
     refuse_kernels(forbidden)
-    cases = receive(cases_fd)
+    # The cases and this run's nonce: the nonce lives only in this frame (no learner code may
+    # hold a frame, walk gc or read the cases' descriptor), and every report carries it.
+    received = receive(cases_fd)
+    cases, nonce = received["cases"], received["nonce"]
+    del received
     for case in cases:
         args, watch = copies(case.args, params)
         out = CallOutcome()
@@ -405,8 +421,10 @@ def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
         recorder.outcome = None
         out.inputs_after = [copy for _, copy, _ in watch]
         msg = encode_outcome(out)
+        msg["nonce"] = nonce
         out.value = out.error = None
-        send(fd, msg)
+        send(msg)
+    send({"kind": "done", "count": len(cases), "nonce": nonce})
 
 
 # --------------------------------------------------------------------------- the parent
@@ -534,7 +552,7 @@ def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...]
         warnings.simplefilter("ignore")       # "fork() in a multi-threaded process": we exec
         pid = os.fork()                       # nothing and leave with os._exit
     if pid == 0:  # pragma: no cover - the worker; coverage cannot follow it
-        code = 0
+        code, leave = 0, os._exit      # the policy replaces os._exit: bound before it does
         try:
             os.close(r)
             os.close(cases_w)
@@ -542,10 +560,71 @@ def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...]
         except BaseException:
             code = 70
         finally:
-            os._exit(code)
+            leave(code)
     os.close(w)
     os.close(cases_r)
     return _Worker(pid, r), cases_w
+
+
+def _forged(why: str) -> CallOutcome:
+    return CallOutcome(tamper=f"the checker's own reporting (its reports broke the protocol: "
+                              f"{why})")
+
+
+def _verified(worker: _Worker, count: int, nonce: str, timeout: float) -> Iterator[CallOutcome]:
+    """The worker's ``count`` case outcomes, yielded only once the run is known to be the
+    worker's own: every report carries this run's nonce (sent with the cases, never to learner
+    code), exactly ``count`` of them, then ``done`` with the count, then nothing (end of file),
+    and the worker exits normally (status 0, which only the checker's own code reaches: the
+    policy refuses ``os._exit``). Anything else is forged or cut short: one outcome says so
+    (tampering), or the time-out or the end of the process it was. A slow or crashing honest
+    function gets the outcomes before the one that stopped, then that one."""
+    outs: list[CallOutcome] = []
+    for _ in range(count):
+        msg = worker.recv(timeout)
+        if msg == "timeout":
+            yield from outs
+            yield CallOutcome(timed_out=True)
+            return
+        if not isinstance(msg, dict) or msg.get("kind") != "case":
+            status = worker.wait_exit(timeout)
+            if isinstance(msg, dict) and status is not None and os.WIFEXITED(status) \
+                    and os.WEXITSTATUS(status) == 0:
+                yield _forged(f"a {str(msg.get('kind'))[:20]!r} message where a case was due")
+                return
+            yield from outs
+            yield CallOutcome(timed_out=True) if status is None \
+                else CallOutcome(ended=_ended(status))
+            return
+        if msg.get("nonce") != nonce:
+            yield _forged("a report without this run's nonce")
+            return
+        outs.append(_decode_outcome(msg))
+    end = worker.recv(timeout)
+    if end == "timeout":
+        yield _forged("no final report after the last case")
+        return
+    if not isinstance(end, dict):
+        status = worker.wait_exit(timeout)
+        if status is not None and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            yield from outs[:-1]
+            yield CallOutcome(ended=_ended(status))
+        else:
+            yield _forged("no final report after the last case")
+        return
+    if end.get("kind") != "done" or end.get("nonce") != nonce or end.get("count") != count:
+        yield _forged("a final report that is not the checker's")
+        return
+    tail = worker.recv(min(timeout, 10.0))
+    if tail is not None:
+        yield _forged("more reports than cases" if tail != "timeout"
+                      else "the worker did not end after its final report")
+        return
+    status = worker.wait_exit(timeout)
+    if status is None or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        yield _forged(f"the worker did not end normally ({_ended(status)})")
+        return
+    yield from outs
 
 
 def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
@@ -594,26 +673,15 @@ def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
         if prepared.untouched or prepared.load_error is not None or prepared.outcome is not None:
             return
         made = cases() if callable(cases) else cases
+        nonce = secrets.token_hex(16)
         try:
-            _send(cases_w, made)
+            _send(cases_w, {"cases": made, "nonce": nonce})
         except OSError:            # the worker is gone: its status says how
             status = worker.wait_exit(timeout)
             yield CallOutcome(ended=_ended(status)) if status is not None \
                 else CallOutcome(timed_out=True)
             return
-        for _ in made:
-            msg = worker.recv(timeout)
-            if msg == "timeout":
-                yield CallOutcome(timed_out=True)
-                return
-            if not isinstance(msg, dict) or msg.get("kind") != "case":
-                status = worker.wait_exit(timeout)
-                if status is None:
-                    yield CallOutcome(timed_out=True)
-                else:
-                    yield CallOutcome(ended=_ended(status))
-                return
-            yield _decode_outcome(msg)
+        yield from _verified(worker, len(made), nonce, timeout)
     finally:
         try:
             os.close(cases_w)
