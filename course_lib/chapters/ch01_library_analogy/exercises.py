@@ -8,6 +8,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import scale_probe
 
 
 def _cases(gen: torch.Generator) -> list[Case]:
@@ -29,6 +30,11 @@ def _cases(gen: torch.Generator) -> list[Case]:
 def _oracle(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     w = reference.attention_weights(query[None, :], keys, scale=1.0)[0]   # (S,)
     return w @ values
+
+
+def _retrieve_scaled(factor, query, keys, values):
+    w = reference.attention_weights(query[None, :].double(), keys.double(), scale=factor)[0]
+    return (w @ values.double()).to(values.dtype)
 
 
 def retrieve(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -82,6 +88,12 @@ RETRIEVE = Exercise(
     params=("query", "keys", "values"),
     cases=_cases,
     oracle=_oracle,
+    probes=(scale_probe(
+        _retrieve_scaled, lambda *a: 1.0, {"1/√E": lambda q, *a: q.shape[0] ** -0.5},
+        "1 (no scaling)", "The retrieval of this chapter scores each key by the plain dot "
+        "product keys @ query (the 1/√E of chapter 2 comes later): softmax(keys @ query) @ "
+        "values.", "01_library_analogy: The math of a soft lookup", ids={"1": "no_scaling"},
+        what="a lookup with its scores multiplied by"),),
     solution=retrieve,
     hints=(
         "Score every key against the query with a dot product: that gives one number per key.",

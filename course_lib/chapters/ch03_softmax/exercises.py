@@ -8,6 +8,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import scale_probe
 
 # --------------------------------------------------------------------------- softmax
 
@@ -243,6 +244,13 @@ SELF_ATTENTION = Exercise(
     output_names=("out", "weights"),
     cases=_sa_cases,
     oracle=_sa_oracle,
+    probes=(scale_probe(
+        lambda f, *a: _sa(*a, scale=f), lambda x, w_q, *a: w_q.shape[-1] ** -0.5,
+        {"1/E": lambda x, w_q, *a: 1 / w_q.shape[-1],
+         "1/√D": lambda x, *a: x.shape[-1] ** -0.5, "1": lambda *a: 1.0},
+        "1/√E", "Divide the scores by √E, E = q.shape[-1] the width of the queries and keys: "
+        "that keeps their variance near 1 whatever the width.",
+        "02_scaling: The math: Var(q · k) = E"),),
     solution=self_attention,
     hints=(
         "Project x three times: q = x @ w_q, k = x @ w_k, v = x @ w_v. Every token is a query, "

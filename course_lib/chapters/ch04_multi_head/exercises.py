@@ -8,6 +8,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import choice_probe, scale_probe
 
 
 def _r(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32,
@@ -212,7 +213,7 @@ def multi_head_attention(x: torch.Tensor, w_qkv: torch.Tensor, w_o: torch.Tensor
 
 
 def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=None, heads=None,
-         merge_permute=None, dim=-1, per_head_qkv=False):
+         merge_permute=None, dim=-1, per_head_qkv=False, causal=False):
     B, L, D = x.shape
     H = num_heads if heads is None else heads
     E = D // H
@@ -226,7 +227,10 @@ def _mha(x, w_qkv, w_o, num_heads, *, project=True, permute=True, scale_width=No
     else:
         q, k, v = (t.reshape(B, H, L, E) for t in (q, k, v))
     width = E if scale_width is None else scale_width
-    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(width), dim=dim)
+    s = q @ k.transpose(-2, -1) / math.sqrt(width)
+    if causal:
+        s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf"))
+    w = torch.softmax(s, dim=dim)
     o = w @ v
     merge_permute = permute if merge_permute is None else merge_permute
     merged = o.transpose(1, 2).reshape(B, L, D) if merge_permute else o.reshape(B, L, D)
@@ -280,6 +284,22 @@ MULTI_HEAD_ATTENTION = Exercise(
     params=("x", "w_qkv", "w_o", "num_heads"),
     cases=_mha_cases,
     oracle=_mha_oracle,
+    probes=(
+        scale_probe(
+            lambda f, *a: _mha(*a, scale_width=f ** -2),
+            lambda x, w_qkv, w_o, H: (x.shape[-1] // H) ** -0.5,
+            {"1/√D": lambda x, *a: x.shape[-1] ** -0.5,
+             "1/√H": lambda x, w_qkv, w_o, H: H ** -0.5,
+             "1/E": lambda x, w_qkv, w_o, H: H / x.shape[-1], "1": lambda *a: 1.0},
+            "1/√E", "Each head attends on its own E = D / num_heads features: scale its scores "
+            "by 1/√E, the head's width.", "04_multi_head: The math"),
+        choice_probe(
+            "causal_mask_applied", lambda change, *a: _mha(*a, **change),
+            {"causal": {"causal": True}},
+            {"causal": "multi-head attention under a causal mask"},
+            "This exercise has no mask: every token attends to every token (an encoder's "
+            "self-attention). Leave the scores unmasked.", "04_multi_head: The math"),
+    ),
     solution=multi_head_attention,
     hints=(
         "One projection gives q, k and v at once: (x @ w_qkv).split(D, dim=-1). Then split "

@@ -10,6 +10,7 @@ import torch
 
 from course_lib.attention import positions
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import choice_probe
 
 # --------------------------------------------------------------------------- apply_rope
 
@@ -77,6 +78,18 @@ APPLY_ROPE = Exercise(
     params=("x", "offset", "base"),
     cases=_rope_cases,
     oracle=_rope_oracle,
+    probes=(choice_probe(
+        "position_offset", lambda shift, x, offset=0, base=10000.0: positions.apply_rope(
+            x, offset=offset + shift, base=base),
+        {"+1": 1, "-1": -1, "+2": 2},
+        {"+1": "RoPE with every position one too far (offset + 1, offset + 2, …)",
+         "-1": "RoPE with every position one short (offset - 1, …)",
+         "+2": "RoPE with every position two too far"},
+        "Row m of x sits at position offset + m, counting from 0: the first row turns by "
+        "offset · θ_i (no turn at all when offset = 0).",
+        "05_positions: Rotary position embeddings (RoPE)",
+        ids={"+1": "positions_off_by_one", "-1": "positions_off_by_one",
+             "+2": "position_offset"}),),
     solution=apply_rope,
     # float64: a float64 RoPE is exact to ~1e-13 even at position 1000, while a float32 step
     # anywhere (angles, cos/sin) costs ~1e-7 relative. The default rtol 1e-6 sat between the

@@ -11,6 +11,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import scale_probe
 
 # --------------------------------------------------------------------------- causal_mask
 
@@ -231,6 +232,14 @@ MASKED_ATTENTION = Exercise(
     params=("q", "k", "v", "mask"),
     cases=_masked_cases,
     oracle=_masked_oracle,
+    probes=(scale_probe(
+        lambda f, q, k, v, mask: reference.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), attn_mask=mask, scale=f).to(q.dtype),
+        lambda q, *a: q.shape[-1] ** -0.5,
+        {"1/√S": lambda q, k, *a: k.shape[-2] ** -0.5, "1/√L": lambda q, *a: q.shape[-2] ** -0.5,
+         "1/E": lambda q, *a: 1 / q.shape[-1], "1": lambda *a: 1.0},
+        "1/√E", "Scale the scores by 1/√E, E = q.shape[-1] (the width of a query), before "
+        "masking.", "02_scaling: The math: Var(q · k) = E"),),
     solution=masked_attention,
     forbidden=("sdpa",),
     hints=(

@@ -9,6 +9,56 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import Probe, choice_probe, scale_probe
+
+#: The (L, S) masks a step may use, by name: the right one (bottom-right causal) and the slips.
+_MASKS = {
+    "bottom_right": lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L),
+    "top_left": lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(),
+    "none": lambda L, S: torch.ones(L, S, dtype=torch.bool),
+    "excludes_self": lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L - 1),
+    "sees_next": lambda L, S: torch.ones(L, S, dtype=torch.bool).tril(S - L + 1),
+    "inverted": lambda L, S: ~torch.ones(L, S, dtype=torch.bool).tril(S - L),
+}
+
+_DECODE_SECTION = "10_inference: One cached step: offset, append, attend"
+_MLA_SECTION = "10_inference: Compress instead of share: multi-head latent attention"
+
+
+def _position_probe(model, section: str) -> Probe:
+    """Which first position explains the output: 0 (no offset), P ± 1, P ± 2 (``model(start,
+    *args)`` rotates the new tokens from ``start(P)``). One diagnosis for every cached step."""
+    shifts = {"0 … L-1": lambda P: 0, "P+1 … P+L": lambda P: P + 1,
+              "P-1 … P+L-2": lambda P: P - 1, "P+2 … P+L+1": lambda P: P + 2,
+              "P-2 … P+L-3": lambda P: P - 2}
+    return choice_probe(
+        "position_offset", model, shifts,
+        {k: f"attention with the new tokens rotated by positions {k} (P cached)"
+         for k in shifts},
+        "The P cached tokens hold positions 0 … P-1, so the L new ones sit at P … P+L-1: "
+        "rotate with rows P:P+L of cos and sin (the offset is the cache's length, read from "
+        "its shape).", section,
+        ids={"0 … L-1": "no_position_offset", "P+1 … P+L": "positions_off_by_one"})
+
+
+def _mask_probe(model, section: str) -> Probe:
+    """Which mask explains the output (``model(name, *args)``, a name of :data:`_MASKS`)."""
+    shows = {"top_left": "attention under a causal mask aligned top-left (j <= i)",
+             "none": "attention with no mask at all",
+             "excludes_self": "attention under a mask that hides each new token from itself "
+                              "(tril(S - L - 1))",
+             "sees_next": "attention under a mask that lets each new token see the next one "
+                          "(tril(S - L + 1))",
+             "inverted": "attention under the inverted mask (True where a key is hidden)"}
+    return choice_probe(
+        "mask", model, {k: k for k in shows}, shows,
+        "The L new queries are the last L of the S = P + L positions: query i may see keys "
+        "j <= i + (S - L), itself included. Use the bottom-right causal mask "
+        "tril(diagonal=S - L), True where a key may be seen.", section,
+        ids={"top_left": "top_left_mask", "none": "no_causal_mask",
+             "excludes_self": "mask_excludes_self", "sees_next": "mask_sees_next",
+             "inverted": "mask_inverted"})
+
 
 # --------------------------------------------------------------------------- decode_step
 
@@ -82,7 +132,7 @@ def _attend(q, k, v, mask=None):
 
 def _ds(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin, *, at=lambda P: P, rotate_v=False,
         cache_k=None, mask="bottom_right", before_append=None, rotate_k=True, sign=1.0,
-        nan_rows=False):
+        nan_rows=False, factor=None):
     """The solution with one thing changed: positions start at ``at(P)``, the values rotated
     too, the keys not rotated, a backwards rotation, ``cache_k(x, w_k, k_rot)`` appended
     instead of the rotated keys, another mask, or the queries attending before the append
@@ -100,7 +150,10 @@ def _ds(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin, *, at=lambda P: P, rotate_
     S = k.shape[-2]
     masks = {"bottom_right": torch.ones(L, S, dtype=torch.bool).tril(S - L),
              "top_left": torch.ones(L, S, dtype=torch.bool).tril(), "none": None,
-             "cache_length": torch.ones(L, S, dtype=torch.bool).tril(P - L)}
+             "cache_length": torch.ones(L, S, dtype=torch.bool).tril(P - L),
+             **{k: m(L, S) for k, m in _MASKS.items() if k not in ("none",)}}
+    if factor is not None:   # the scale itself: scores q·k times factor
+        q = q * (factor * math.sqrt(q.shape[-1]))
     if before_append == "none":
         out = _attend(q, k_cache, v_cache) if P else torch.zeros_like(v_new)
     elif before_append == "bottom_right":
@@ -127,6 +180,8 @@ _BEFORE_APPEND = (
     "the new tokens before it: append first, then attend over all S = P + L keys under "
     "tril(diagonal=S - L), with S read from the extended cache.")
 
+_DECODE_POSITIONS = _position_probe(lambda start, *a: _ds(*a, at=start), _DECODE_SECTION)
+
 DECODE_STEP = Exercise(
     id="decode_step",
     chapter="10_inference",
@@ -151,13 +206,11 @@ DECODE_STEP = Exercise(
         "return softmax(scores) @ v, k, v",
     ),
     mistakes=(
-        Mistake("positions_off_by_one", "Your new tokens are rotated one position too far: "
-                "the first new token is at position P (positions count from 0, and P tokens "
-                "0 … P-1 are cached), so use rows P:P+L of cos and sin, not P+1:P+L+1.",
+        # the position probe's own words: one diagnosis of the offset in every cached step
+        Mistake("positions_off_by_one", _DECODE_POSITIONS.message("P+1 … P+L"),
                 _mistake(at=lambda P: P + 1)),
-        Mistake("no_position_offset", "You rotated the new tokens by positions 0 … L-1, as if "
-                "they started the sequence. They sit after the P cached tokens: use rows P:P+L "
-                "(the position offset is the cache length).", _mistake(at=lambda P: 0)),
+        Mistake("no_position_offset", _DECODE_POSITIONS.message("0 … L-1"),
+                _mistake(at=lambda P: 0)),
         Mistake("positions_on_values", "You rotated the values too. RoPE puts positions into "
                 "the scores q · k only: rotate q and k, and append v = x @ w_v unrotated.",
                 _mistake(rotate_v=True)),
@@ -190,6 +243,16 @@ DECODE_STEP = Exercise(
         Mistake("no_causal_mask", "Without a mask, a chunk of several new tokens lets the "
                 "earlier ones see the later ones. Mask with a bottom-right causal mask.",
                 _mistake(mask="none")),
+    ),
+    allowed_course_calls=("course_lib.attention.masks.causal_mask",),
+    probes=(
+        _DECODE_POSITIONS,
+        scale_probe(
+            lambda f, *a: _ds(*a, factor=f), lambda x, w_q, *a: w_q.shape[-1] ** -0.5,
+            {"1/E": lambda x, w_q, *a: 1 / w_q.shape[-1], "1": lambda *a: 1.0},
+            "1/√E", "Scale the scores by 1/√E, E = q.shape[-1], as in every attention of the "
+            "course: a cached step computes the same scores as the full pass.", _DECODE_SECTION),
+        _mask_probe(lambda name, *a: _ds(*a, mask=name), _DECODE_SECTION),
     ),
 )
 
@@ -456,15 +519,18 @@ def mla_absorbed_step(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, 
 
 def _mla(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos, sin, *,
          rotate_nope=False, rope_term=True, width=None, cache="latent", swap=False,
-         rotate_k=True, up_out=True, mask="bottom_right", layout="per_head"):
-    """The solution with one thing changed (see the mistakes below)."""
+         rotate_k=True, up_out=True, mask="bottom_right", layout="per_head", start=None,
+         factor=None, rotate_q=True, sign=1.0, axis=-1):
+    """The solution with one thing changed (see the mistakes and probes below): ``start(P)``
+    the first new position, ``factor`` the scale itself, ``mask`` one of :data:`_MASKS`."""
     B, H, L, N = q_nope.shape
     P, R = c_cache.shape[-2], q_rope.shape[-1]
+    at = P if start is None else start(P)
     rank = c_new.shape[-1]
     V = w_kv_b.shape[0] // H - N
     c = torch.cat([c_cache, c_new], -2)
-    k_r = torch.cat([k_rope_cache, _rot(k_rope_new, cos, sin, P) if rotate_k else k_rope_new],
-                    -2)
+    k_r = torch.cat([k_rope_cache,
+                     _rot(k_rope_new, cos, sin, at, sign) if rotate_k else k_rope_new], -2)
     if layout == "per_head":
         w = w_kv_b.view(H, N + V, rank)
         w_uk, w_uv = w[:, :N], w[:, N:]
@@ -472,15 +538,18 @@ def _mla(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos, 
         w_uk, w_uv = w_kv_b[:H * N].view(H, N, rank), w_kv_b[H * N:].view(H, V, rank)
     if swap:
         w_uk, w_uv = w_uv, w_uk
-    qn = _rot(q_nope, cos, sin, P) if rotate_nope else q_nope
+    qn = _rot(q_nope, cos, sin, at) if rotate_nope else q_nope
     scores = (qn @ w_uk) @ c[:, None].transpose(-2, -1)
     if rope_term:
-        scores = scores + _rot(q_rope, cos, sin, P) @ k_r[:, None].transpose(-2, -1)
-    scores = scores / math.sqrt(N + R if width is None else width(N, R, rank))
+        qr = _rot(q_rope, cos, sin, at, sign) if rotate_q else q_rope
+        scores = scores + qr @ k_r[:, None].transpose(-2, -1)
+    if factor is not None:
+        scores = scores * factor
+    else:
+        scores = scores / math.sqrt(N + R if width is None else width(N, R, rank))
     S = c.shape[-2]
-    allowed = (torch.ones(L, S, dtype=torch.bool).tril(S - L) if mask == "bottom_right"
-               else torch.ones(L, S, dtype=torch.bool).tril())
-    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+    allowed = _MASKS[mask](L, S)
+    p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), axis)
     out = p @ c[:, None]
     if up_out:
         out = out @ w_uv.transpose(-2, -1)
@@ -558,5 +627,41 @@ MLA_ABSORBED_STEP = Exercise(
         Mistake("top_left_mask", "Your causal mask is aligned top-left (j <= i): the new "
                 "query i is at position P + i, so it must see keys j <= i + (S - L). Use "
                 "tril(diagonal=S - L).", _mla_mistake(mask="top_left")),
+    ),
+    probes=(
+        _position_probe(lambda start, *a: _mla(*a, start=start), _MLA_SECTION),
+        scale_probe(
+            lambda f, *a: _mla(*a, factor=f),
+            lambda qn, qr, *a: 1 / math.sqrt(qn.shape[-1] + qr.shape[-1]),
+            {"1/√r": lambda qn, qr, c, *a: c.shape[-1] ** -0.5,
+             "1/√(r + R)": lambda qn, qr, c, *a: (c.shape[-1] + qr.shape[-1]) ** -0.5,
+             "1/√N": lambda qn, *a: qn.shape[-1] ** -0.5,
+             "1/√R": lambda qn, qr, *a: qr.shape[-1] ** -0.5,
+             "1/(N + R)": lambda qn, qr, *a: 1 / (qn.shape[-1] + qr.shape[-1]),
+             "1": lambda *a: 1.0},
+            "1/√(N + R)",
+            "This exercise scales by 1/√(N + R), the width of a head's full key "
+            "[W_UK c; k_rope]: absorbing W_UK rewrites the same scores q · k in the latent "
+            "space, so their scale stays that of the original keys, whatever the latent's "
+            "width r.", _MLA_SECTION),
+        _mask_probe(lambda name, *a: _mla(*a, mask=name), _MLA_SECTION),
+        choice_probe(
+            "rotation", lambda change, *a: _mla(*a, **change),
+            {"q": {"rotate_q": False}, "k": {"rotate_k": False},
+             "qk": {"rotate_q": False, "rotate_k": False}, "back": {"sign": -1.0}},
+            {"q": "attention with the rope part of the query left unrotated",
+             "k": "attention with the new rope keys left unrotated",
+             "qk": "attention with neither rope part rotated",
+             "back": "attention with q_rope and the new rope keys rotated backwards "
+                     "(by -position·θ)"},
+            "Rotate both q_rope and k_rope_new forwards by their positions P … P+L-1: "
+            "t · cos + rotate_half(t) · sin with rotate_half([t1, t2]) = [-t2, t1]; the "
+            "cached rope keys were rotated the same way.", _MLA_SECTION,
+            ids={"k": "rope_keys_not_rotated", "back": "rotated_backwards"}),
+        choice_probe(
+            "softmax_axis", lambda axis, *a: _mla(*a, axis=axis), {"queries": -2},
+            {"queries": "attention whose softmax runs over the queries (dim -2)"},
+            "Each query's weights over its S keys must sum to 1: softmax over the last dim.",
+            _MLA_SECTION, ids={"queries": "softmax_over_queries"}),
     ),
 )

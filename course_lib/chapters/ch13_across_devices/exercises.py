@@ -10,6 +10,7 @@ import torch
 from course_lib.attention.merge import merge_partials as _merge
 from course_lib.attention.merge import partial_attention as _partial
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import choice_probe, scale_probe
 
 _NEG_INF = float("-inf")
 
@@ -89,6 +90,46 @@ def _lse_max(out_a, lse_a, out_b, lse_b):
     return _merge(out_a, lse_a, out_b, lse_b)[0], torch.maximum(lse_a, lse_b)
 
 
+_MERGE_SECTION = "13_across_devices: One device first: two blocks of keys, merged"
+
+
+def _merge_rule(rule, out_a, lse_a, out_b, lse_b):
+    """A merge with its out rule and lse rule, ``rule = (out rule, lse rule)``."""
+    out, lse = _merge(out_a, lse_a, out_b, lse_b)
+    how_out, how_lse = rule
+    if how_out == "swapped":
+        out = _merge(out_b, lse_a, out_a, lse_b)[0]
+    elif how_out == "keep_larger":
+        out = torch.where((lse_a >= lse_b).unsqueeze(-1), out_a, out_b)
+    elif how_out == "sum":
+        out = out_a + out_b
+    elif how_out == "mean":
+        out = (out_a + out_b) / 2
+    m = torch.maximum(lse_a, lse_b)
+    if how_lse == "max":
+        lse = m
+    elif how_lse == "sum":
+        lse = lse_a + lse_b
+    elif how_lse == "no_m":
+        lse = lse - m.masked_fill(m == _NEG_INF, 0.0)
+    return out, lse
+
+
+_MERGE_OUT = {"lse": "weighted by e^{lse - lse_new}", "swapped": "out_a weighted by out_b's "
+              "share and out_b by out_a's", "keep_larger": "the partial with the larger lse",
+              "sum": "out_a + out_b", "mean": "(out_a + out_b) / 2"}
+_MERGE_LSE = {"right": "logaddexp(lse_a, lse_b)", "max": "max(lse_a, lse_b)",
+              "sum": "lse_a + lse_b", "no_m": "log(e^{lse_a - m} + e^{lse_b - m}) without m "
+              "added back"}
+_MERGE_CHOICES = {f"{o}/{lse}": (o, lse) for o in _MERGE_OUT for lse in _MERGE_LSE
+                  if (o, lse) != ("lse", "right")}
+_MERGE_IDS = {k: {"swapped": "weights_swapped", "keep_larger": "keeps_larger",
+                  "sum": "no_rescale", "mean": "no_rescale",
+                  "max": "lse_max", "sum_lse": "lse_summed", "no_m": "lse_without_max"}[
+                  o if o != "lse" else ("sum_lse" if lse == "sum" else lse)]
+              for k, (o, lse) in _MERGE_CHOICES.items()}
+
+
 _NO_RESCALE = (
     "Your merged output does not weigh the two partials: each is normalised over its own "
     "keys only, so out = e^{lse_a - lse} · out_a + e^{lse_b - lse} · out_b, where lse is the "
@@ -136,6 +177,16 @@ MERGE_PARTIALS = Exercise(
         Mistake("lse_max", "Your output is right but the returned lse is max(lse_a, lse_b): "
                 "the merged log-sum-exp is m + log(e^{lse_a - m} + e^{lse_b - m}), larger than "
                 "either. The next merge (the next ring step) needs it exact.", _lse_max),
+    ),
+    probes=(
+        choice_probe(
+            "merge_rule", _merge_rule, _MERGE_CHOICES,
+            {k: f"a merge whose out is {_MERGE_OUT[o]} and whose lse is {_MERGE_LSE[lse]}"
+             for k, (o, lse) in _MERGE_CHOICES.items()},
+            "Both sums of exponentials add: lse = m + log(e^{lse_a - m} + e^{lse_b - m}) with "
+            "m = max(lse_a, lse_b) (logaddexp), and each partial, normalised over its own "
+            "keys, is weighed by its share: out = e^{lse_a - lse} · out_a + e^{lse_b - lse} · "
+            "out_b.", _MERGE_SECTION, ids=_MERGE_IDS),
     ),
 )
 
@@ -192,17 +243,40 @@ def ring_step(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world):
 
 
 def _step(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world, *, diagonal=0,
-          future=False, send_own=False, reverse=False, no_diagonal_mask=False):
+          future=False, send_own=False, reverse=False, no_diagonal_mask=False, past=True,
+          factor=None, rule="lse", inverted=False):
+    """The solution with one thing changed: the diagonal's mask (``diagonal``, none,
+    ``inverted``), which blocks are attended (``past``, ``future``), the source's direction,
+    the scale ``factor``, the merge ``rule`` (:data:`_RULES`), what is sent on."""
     source = ((rank + step) if reverse else (rank - step)) % world
-    if source < rank or (future and source > rank):
-        out, lse = _merge(out, lse, *_partial(q, k_held, v_held))
+    part = None
+    if (past and source < rank) or (future and source > rank):
+        part = _partial(q, k_held, v_held, scale=factor)
     elif source == rank:
         c = q.shape[-2]
         mask = None if no_diagonal_mask else torch.ones(c, c, dtype=torch.bool).tril(diagonal)
-        out, lse = _merge(out, lse, *_partial(q, k_held, v_held, mask))
+        if inverted:
+            mask = ~mask
+        part = _partial(q, k_held, v_held, mask, scale=factor)
+    if part is not None:
+        out, lse = _RULES[rule](out, lse, *part)
     if send_own:
         return out, lse, k_own, v_own
     return out, lse, k_held, v_held
+
+
+#: How a step's partial result may be folded into the running one: the right merge and slips.
+_RULES = {
+    "lse": _merge,
+    "sum": lambda o, l, ob, lb: (o + ob, _merge(o, l, ob, lb)[1]),
+    "mean": lambda o, l, ob, lb: ((o + ob) / 2, _merge(o, l, ob, lb)[1]),
+    "replace": lambda o, l, ob, lb: (ob, lb),
+    "out_only": lambda o, l, ob, lb: (_merge(o, l, ob, lb)[0], l),
+    "lse_max": lambda o, l, ob, lb: (_merge(o, l, ob, lb)[0], torch.maximum(l, lb)),
+    "lse_sum": lambda o, l, ob, lb: (_merge(o, l, ob, lb)[0], l + lb),
+}
+
+_RING_SECTION = "13_across_devices: The ring"
 
 
 def _ring_mistake(**change):
@@ -261,5 +335,63 @@ RING_STEP = Exercise(
                 "to rank r + 1, so at step t rank r holds the block of rank (r - t) mod W, not "
                 "(r + t) mod W. With the wrong source, past and future blocks swap.",
                 _ring_mistake(reverse=True)),
+    ),
+    inputs_updated=("out", "lse"),
+    probes=(
+        choice_probe(
+            "diagonal_mask", lambda change, *a: _step(*a, **change),
+            {"-1": {"diagonal": -1}, "+1": {"diagonal": 1}, "none": {"no_diagonal_mask": True},
+             "inverted": {"inverted": True}},
+            {"-1": "a ring step whose diagonal block hides each token from itself "
+                   "(tril(-1): the first row sees no key)",
+             "+1": "a ring step whose diagonal block lets each token see the next one "
+                   "(tril(1))",
+             "none": "a ring step that attends to the whole diagonal block, unmasked",
+             "inverted": "a ring step whose diagonal block is masked the other way round "
+                         "(True where a key is hidden: the future kept, the past hidden)"},
+            "On its own keys (step 0) query i of the block may see keys j <= i, itself "
+            "included: mask the diagonal block with tril() of a (c, c) block of ones, True "
+            "where a key may be seen.", _RING_SECTION,
+            ids={"-1": "diagonal_off_by_one", "+1": "diagonal_off_by_one",
+                 "none": "diagonal_unmasked", "inverted": "diagonal_mask_inverted"}),
+        choice_probe(
+            "blocks", lambda change, *a: _step(*a, **change),
+            # the cases cannot tell a reversed source from skipped past blocks on every seed:
+            # the reversed source (the likelier slip of the ring's direction) is tried first
+            {"reversed": {"reverse": True}, "no_past": {"past": False},
+             "future": {"future": True}, "no_past_future": {"past": False, "future": True}},
+            {"no_past": "a ring step that skips the blocks from earlier ranks",
+             "future": "a ring step that also attends to blocks from later ranks",
+             "no_past_future": "a ring step that attends to later ranks' blocks instead of "
+                               "earlier ones",
+             "reversed": "a ring step whose held block came from rank (r + t) mod W"},
+            "At step t rank r holds the block of rank (r - t) mod W. A block from an earlier "
+            "rank is entirely in the past (attend to all of it), your own is the diagonal "
+            "(causal mask), one from a later rank is entirely in the future (skip it).",
+            _RING_SECTION,
+            ids={"no_past": "past_block_skipped", "future": "future_block_attended",
+                 "no_past_future": "source_compared_backwards",
+                 "reversed": "source_reversed"}),
+        choice_probe(
+            "merge_rule", lambda rule, *a: _step(*a, rule=rule),
+            {k: k for k in ("sum", "mean", "replace", "out_only", "lse_max", "lse_sum")},
+            {"sum": "a ring step that adds the block's output to the running one",
+             "mean": "a ring step that averages the block's output with the running one",
+             "replace": "a ring step that replaces the running out and lse by the block's",
+             "out_only": "a ring step that merges out right but returns the old lse",
+             "lse_max": "a ring step that merges out right but returns max(lse, lse_block)",
+             "lse_sum": "a ring step that merges out right but returns lse + lse_block"},
+            "Each partial is normalised over its own keys: merge by log-sum-exp, lse_new = "
+            "logaddexp(lse, lse_b), out = e^{lse - lse_new} · out + e^{lse_b - lse_new} · "
+            "out_b, and return lse_new (the next step merges with it).", _RING_SECTION,
+            ids={"sum": "merge_no_rescale", "mean": "merge_no_rescale",
+                 "replace": "merge_replaces", "out_only": "lse_not_merged",
+                 "lse_max": "lse_not_merged", "lse_sum": "lse_not_merged"}),
+        scale_probe(
+            lambda f, *a: _step(*a, factor=f), lambda q, *a: q.shape[-1] ** -0.5,
+            {"1": lambda *a: 1.0, "1/E": lambda q, *a: 1 / q.shape[-1],
+             "1/√c": lambda q, *a: q.shape[-2] ** -0.5},
+            "1/√E", "Scale the scores by 1/√E, E = q.shape[-1], as every attention in the "
+            "course.", _RING_SECTION),
     ),
 )

@@ -30,6 +30,7 @@ from ._isolation import (
     run_isolated,
 )
 from ._policy import REPORTING_EXIT
+from ._probes import explain
 from ._result import CheckResult
 from ._sandbox import CallOutcome, raised_as_placeholder
 from ._spec import Case, Exercise, Mistake, fresh_args
@@ -301,6 +302,8 @@ def _modified_inputs(ex: Exercise, case: Case, out: CallOutcome) -> list[str]:
     after = out.inputs_after
     modified = []
     for i, (name, _, orig) in enumerate(watch):
+        if name.split("[", 1)[0] in ex.inputs_updated:   # a running result, updated in place
+            continue
         copy = after[i] if i < len(after) else None
         if not isinstance(copy, torch.Tensor) or copy.shape != orig.shape \
                 or copy.dtype != orig.dtype or not torch.equal(copy.nan_to_num(),
@@ -571,6 +574,19 @@ def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[
     where = describe_case(ex.params, first.case)
     assert first.problem is not None
     lines = []
+    if mistake is None and ex.probes and first.problem.kind in ("values", "nan", "inf"):
+        fitted = explain(ex.probes, runs, ex.tolerance, lambda a: fresh_args(a)[0])
+        if fitted is not None:
+            n_ok = sum(1 for r in runs if r.problem is None)
+            lines = [fitted.message, f"First failing {where}.", f"{n_ok} of {len(cases)} cases "
+                     "passed."]
+            if printed:
+                lines.append(_PRINT_NOTE.strip())
+            return CheckResult(exercise=ex.id, passed=False, status="failed",
+                               mistake=fitted.id, message="\n".join(lines),
+                               cases_run=len(runs), cases_total=len(cases),
+                               failed_case=first.case.name, details=first.problem.where,
+                               printed=printed)
     if mistake is not None and (first.problem.kind != "raised" or _raises_alike(ex, mistake, runs)):
         lines.append(mistake.message)
         if first.problem.kind != "values":

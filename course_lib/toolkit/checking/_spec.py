@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ._probes import Probe
+
 #: Default ``(atol, rtol)`` per floating dtype; learner outputs must match the oracle within them.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-8, 1e-6),
@@ -186,6 +188,11 @@ class Exercise:
             ``time_limit_note`` is added to the message when a call exceeds it.
         extension: a :class:`CallExtension` judging each call beyond its value (chapter 9:
             the output was written by a Triton kernel).
+        probes: the parametric hypotheses (``_probes.Probe``) that may explain a failure no
+            declared mistake reproduces exactly: the scale, the positions, the mask, the axis,
+            the merge rule, each with its value fitted to the learner's output.
+        inputs_updated: the parameters the learner may update in place and return (a running
+            result, e.g. a ring step's ``out`` and ``lse``); the statement says so.
     """
 
     id: str
@@ -206,6 +213,8 @@ class Exercise:
     time_limit: float = 10.0
     time_limit_note: str = ""
     extension: CallExtension | None = None
+    probes: tuple[Probe, ...] = ()
+    inputs_updated: tuple[str, ...] = ()
     order: int = field(default_factory=lambda: next(_ORDER), repr=False)
 
     def __post_init__(self) -> None:
