@@ -108,3 +108,15 @@ def test_trained_head_parks_on_bos_and_needs_the_sink(seed: int) -> None:
     assert abs(kept["other_loss"] - full["other_loss"]) <= T["restored_extra_loss"], kept
     for r in (evicted, kept):
         assert abs(r["echo_accuracy"] - full["echo_accuracy"]) <= T["echo_accuracy_change"], r
+
+
+def test_training_progress_bar_counts_steps_and_changes_nothing(capsys) -> None:
+    cfg = sinks.EchoConfig(steps=3)
+    quiet, q_hist = sinks.train_echo_model(0, cfg)
+    assert capsys.readouterr().err == ""
+    shown, s_hist = sinks.train_echo_model(0, cfg, progress=True)
+    err = capsys.readouterr().err
+    assert "training" in err and "3/3" in err                  # the bar reached the last step
+    assert q_hist.loss == s_hist.loss                          # same steps, same batches
+    assert all(torch.equal(a, b) for a, b in zip(quiet.state_dict().values(),
+                                                 shown.state_dict().values(), strict=True))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from course_lib.attention.reference import attention_weights
 from course_lib.toolkit.training import History, fit, single_thread
@@ -65,9 +66,12 @@ def after_echo(tokens: torch.Tensor, cfg: EchoConfig) -> torch.Tensor:
     return tokens[:, :-1] > cfg.symbols
 
 
-def train_echo_model(seed: int = 0, cfg: EchoConfig = EchoConfig()) -> tuple[TinyGPT, History]:
-    """Next-token training with full causal attention on fresh echo batches (one thread)."""
-    with single_thread():
+def train_echo_model(seed: int = 0, cfg: EchoConfig = EchoConfig(), *,
+                     progress: bool = False) -> tuple[TinyGPT, History]:
+    """Next-token training with full causal attention on fresh echo batches (one thread);
+    ``progress=True`` shows a ``tqdm`` bar of the steps with its estimate of the time left."""
+    with single_thread(), tqdm(total=cfg.steps, desc="training", unit="step", mininterval=2.0,
+                               disable=not progress) as bar:
         g = torch.Generator().manual_seed(seed)
         model = TinyGPT(cfg.vocab, cfg.dim, cfg.heads, cfg.layers, max_len=cfg.seq_len,
                         seed=seed, rope=cfg.rope)
@@ -77,6 +81,7 @@ def train_echo_model(seed: int = 0, cfg: EchoConfig = EchoConfig()) -> tuple[Tin
             logits = model.logits(x[:, :-1])
             echo = after_echo(x, cfg)
             acc = (logits.argmax(-1)[echo] == x[:, 1:][echo]).float().mean().item()
+            bar.update(1)
             return F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()), acc
 
         hist = fit(model, step, cfg.steps, cfg.lr, cosine=False)
