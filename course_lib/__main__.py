@@ -176,7 +176,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
                             notebook_timeout=args.notebook_timeout,
                             memory=int(args.memory_gb * 1024 ** 3), processes=args.processes,
                             disk=int(args.disk_mb * 1024 ** 2),
-                            sandboxed=not args.no_sandbox)
+                            sandboxed=not args.no_sandbox, run=args.run)
     except (grading.SubmissionError, grading.AssignmentError,
             sandbox.SandboxUnavailable) as e:
         raise _UsageError(str(e)) from None
@@ -222,6 +222,11 @@ def _configure_grade(p: argparse.ArgumentParser) -> None:
                    help="processes each notebook may run at once (32)")
     p.add_argument("--disk-mb", type=float, default=256.0,
                    help="disk each notebook may write, MiB (256)")
+    p.add_argument("--run", choices=("functions", "all"), default="functions",
+                   help="functions (default): run the graded functions and what they use, in "
+                   "the checks' sandbox (a notebook whose functions cannot be extracted with "
+                   "certainty is run whole, its notes say why); all: also run each whole "
+                   "notebook top to bottom for its status (ran, raised, timeout)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run learner code without the OS sandbox: ONLY for notebooks you trust")
 

@@ -21,18 +21,14 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import report, sandbox
+from . import report, runner, sandbox
 from .assignment import Assignment, AssignmentError
 from .job import Job, NotebookResult
 from .store import ResultCache, key
@@ -55,9 +51,14 @@ class GradeRun:
     seconds: list[float] = field(default_factory=list)   # wall time of each notebook run now
     points: dict[str, float] = field(default_factory=dict)
     seed: int = 0
+    #: per result, the wall seconds of its notebook's run now (``None``: cached, not run, or a
+    #: byte-identical copy of another)
+    seconds_by_result: list[float | None] = field(default_factory=list)
 
 
 _DIGEST: list[str] = []
+#: What runs of each notebook (see :func:`grade`'s ``run``).
+RUN_MODES = ("all", "functions")
 
 
 def checker_digest() -> str:
@@ -113,47 +114,6 @@ def _submitted(sub: Submission) -> dt.datetime:
         return dt.datetime.fromtimestamp(0, dt.timezone.utc)
 
 
-def _run_job(job: Job, limit: float) -> tuple[dict[str, Any], float]:
-    """One notebook in its own process (own session: killed whole on a time-out)."""
-    started = time.perf_counter()
-    Path(job.workdir).mkdir(parents=True, exist_ok=True)
-    errors = Path(job.workdir) / "grader-stderr.txt"    # the grader's own messages only
-    with errors.open("w") as err:
-        # The grader's own caches live in the job's folder: a grading user without a writable
-        # home (or with someone else's) grades the same.
-        env = {**os.environ, "MPLCONFIGDIR": str(Path(job.workdir) / "grader-mpl"),
-               "IPYTHONDIR": str(Path(job.workdir) / "grader-ipython")}
-        proc = subprocess.Popen([sys.executable, "-m", "course_lib.toolkit.grading.job"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True, text=True, env=env)
-        try:
-            out, _ = proc.communicate(json.dumps(asdict(job)), timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return (asdict(NotebookResult(job.learner, job.notebook, job.chapter, "timeout",
-                                          f"grading this notebook took over {limit:g} s")),
-                    time.perf_counter() - started)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # nothing it started outlives it
-            except (ProcessLookupError, PermissionError):
-                pass
-    seconds = time.perf_counter() - started
-    last = out.strip().splitlines()[-1] if out.strip() else ""
-    try:
-        result = json.loads(last)
-        if result.get("learner") != job.learner or not isinstance(result.get("verdicts"), list):
-            raise ValueError("not this job's result")
-        return result, seconds
-    except ValueError:
-        lines = [x for x in errors.read_text(errors="replace").splitlines() if x.strip()]
-        why = f": {lines[-1][:300]}" if lines else ""
-        return (asdict(NotebookResult(job.learner, job.notebook, job.chapter, "crashed",
-                                      f"the grading process ended without a result (exit "
-                                      f"{proc.returncode}){why}")), seconds)
-
-
 def _row(sub: Submission, chapter: str, status: str, detail: str) -> dict[str, Any]:
     return asdict(NotebookResult(sub.learner, str(sub.notebook), chapter, status, detail))
 
@@ -165,7 +125,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
           notebook_timeout: float = 600.0, call_timeout: float = 10.0,
           memory: int = sandbox.Limits.memory, processes: int = sandbox.Limits.processes,
           disk: int = sandbox.Limits.disk, output: int = sandbox.Limits.output,
-          sandboxed: bool = True, progress: bool = True) -> GradeRun:
+          sandboxed: bool = True, progress: bool = True, run: str = "all") -> GradeRun:
     """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``,
     and ``out``'s metadata file with the seed).
 
@@ -174,9 +134,14 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     :func:`_seed_for`). ``cache``: the SQLite file of earlier results (``None``: none). ``jobs``:
     notebooks graded at once. Time limits in seconds; ``memory``, ``processes``, ``disk``,
     ``output``: the sandbox's limits per notebook. ``sandboxed=False`` runs learner code without
-    the OS sandbox (trusted notebooks only). Raises :class:`sandbox.SandboxUnavailable` when the
-    sandbox cannot run here, :class:`SubmissionError` for paths that are no submissions and
-    :class:`AssignmentError` for a malformed assignment.
+    the OS sandbox (trusted notebooks only). ``run``: ``"all"`` runs each whole notebook in a
+    sandboxed kernel for its status (``ran``, ``raised``, ...) before the checks;
+    ``"functions"`` runs only the checks, which run the graded functions and what they use (the
+    notebook's status is ``checked``; a notebook whose functions the grader cannot extract with
+    certainty is run whole, and its notes say why). The verdicts are the same. Raises
+    :class:`sandbox.SandboxUnavailable` when the sandbox cannot run here,
+    :class:`SubmissionError` for paths that are no submissions and :class:`AssignmentError` for a
+    malformed assignment.
     """
     from tqdm.auto import tqdm
 
@@ -184,6 +149,8 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
 
     from . import assignment as assignment_module
 
+    if run not in RUN_MODES:
+        raise ValueError(f"run must be one of {', '.join(RUN_MODES)}, not {run!r}")
     if sandboxed and (reason := sandbox.unavailable_reason()) is not None:
         raise sandbox.SandboxUnavailable(reason)
     table = registry()
@@ -230,7 +197,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
             continue
         chapters.add(chapter)
         settings = {"checker": checker_digest(), "seed": seed, "exercises": ids,
-                    "sandbox": sandboxed, "limits": [cell_timeout, notebook_timeout,
+                    "sandbox": sandboxed, "run": run, "limits": [cell_timeout, notebook_timeout,
                                                      call_timeout, *asdict(limits).values()]}
         k = key(sub.data, settings)
         submitted = _submitted(sub)
@@ -253,16 +220,17 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
                   sandboxed=sandboxed, cell_timeout=cell_timeout,
                   notebook_timeout=notebook_timeout, call_timeout=call_timeout,
                   memory=limits.memory, processes=limits.processes, disk=limits.disk,
-                  output=limits.output)
+                  output=limits.output, run=run)
         todo.append((n, job, k))
         results[n] = late            # completed below
     seconds: list[float] = []
+    took_by: dict[int, float] = {}
     limit_extra = 120.0
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
                 tqdm(total=len(todo), desc="grading", unit="notebook",
                      disable=not progress) as bar:
-            futures = [(n, k, pool.submit(_run_job, job,
+            futures = [(n, k, pool.submit(runner.run_job, job,
                                           notebook_timeout + limit_extra
                                           + call_timeout * 20 * len(job.exercises)))
                        for n, job, k in todo]
@@ -275,10 +243,12 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
                     results[n] = {**result, "learner": sub.learner,
                                   "notebook": str(sub.notebook), **results[n]}
                 seconds.append(took)
+                took_by[same[k][0]] = took
                 bar.update(1)
     finally:
         cache_errors = list(cache_db.errors)
         cache_db.close()
+        runner.stop_all()
         shutil.rmtree(tmp_root, ignore_errors=True)
     if assignment is not None:
         points = dict(assignment.points)
@@ -290,4 +260,5 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     _write_metadata(out, seed, points, assignment, sandboxed)
     return GradeRun(ordered, list(points), report.summary_markdown(ordered, points),
                     graded=len(todo), seconds=seconds, cache_errors=cache_errors,
-                    points=points, seed=seed)
+                    points=points, seed=seed,
+                    seconds_by_result=[took_by.get(n) for n in range(len(submissions))])

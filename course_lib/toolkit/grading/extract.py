@@ -29,6 +29,11 @@ _COMPOUND = (ast.If, ast.Try, ast.With, ast.AsyncWith) + (
     (ast.TryStar,) if hasattr(ast, "TryStar") else ())
 #: Cell magics whose body runs as ordinary code in the notebook's namespace.
 _BODY_MAGICS = ("time", "capture", "prun")
+#: Magics that bind no name of the notebook's (others, like ``%run``, may).
+_QUIET_MAGICS = ("time", "timeit", "matplotlib", "config", "load_ext", "autoreload", "prun",
+                 "capture", "precision", "who", "whos", "pip")
+#: Calls that bind module names in ways a filter of statements cannot see.
+_DYNAMIC = ("exec", "eval", "globals", "setattr", "vars", "locals")
 
 
 @dataclass
@@ -159,3 +164,77 @@ def learner_module(nb: dict[str, Any], functions: set[str] | list[str]) -> Learn
     return LearnerModule(source=header + body + "\n", defined=defined,
                          syntax_errors={k: v for k, v in errors.items() if k not in defined},
                          untouched={n for n in defined if _last_def_untouched(defs, n)})
+
+
+def _locals(stmt: ast.stmt) -> set[str]:
+    """Names a definition binds for itself (parameters, assignments, loop and comprehension
+    variables, inner definitions and imports, exception names): not read from the module."""
+    out: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, _DEF) and node is not stmt:
+            out.add(node.name)
+        elif isinstance(node, ast.alias):
+            out.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+    return out
+
+
+def uncertain(nb: dict[str, Any], functions: set[str] | list[str]) -> str | None:
+    """Why :func:`learner_module` may not define ``functions`` as running the notebook would
+    (then the grader runs the whole notebook too, and says so), or ``None`` when it is certain:
+
+    * ``from M import *`` or a call to ``exec``/``eval``/``globals``/``setattr`` at a cell's top
+      level (names bound in ways the filter cannot see),
+    * a statement the filter drops (a loop, ``del``, an expression) binds or deletes a name the
+      functions need,
+    * a line magic other than :data:`_QUIET_MAGICS` (``%run`` and ``%load`` bind names).
+    """
+    wanted = set(functions)
+    defs: list[tuple[set[str], set[str], set[str]]] = []
+    dropped: list[tuple[ast.stmt, set[str]]] = []
+    for number, cell in enumerate(nb.get("cells", []), start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        try:
+            statements = _statements(_translate_ipython(_cell_source(cell)))
+        except (SyntaxError, ValueError):
+            continue    # defines nothing in the kernel either; its functions: syntax_error
+        for stmt in statements:
+            if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                return f"`from {stmt.module} import *` binds names the grader cannot list"
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                continue
+            for node in ast.walk(stmt) if not isinstance(stmt, _DEF) else ():
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                        and node.func.id in _DYNAMIC:
+                    return f"`{node.func.id}(...)` at the top of code cell {number}"
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("run_line_magic", "run_cell_magic", "system",
+                                               "getoutput") \
+                        and not (node.args and isinstance(node.args[0], ast.Constant)
+                                 and node.args[0].value in _QUIET_MAGICS):
+                    return f"a magic or shell command in code cell {number}"
+            if isinstance(stmt, _DEF + _ASSIGN + _COMPOUND) and _names_bound(stmt):
+                defs.append((_names_bound(stmt), _names_used(stmt), _locals(stmt)))
+            else:
+                stored = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                          and isinstance(n.ctx, (ast.Store, ast.Del))}
+                dropped.append((stmt, stored))
+    needed = set(wanted)
+    while True:
+        more = set().union(*(used - local for b, used, local in defs if b & needed)) - needed
+        if not more:
+            break
+        needed |= more
+    for stmt, stored in dropped:
+        if stored & needed:
+            name = sorted(stored & needed)[0]
+            return f"`{name}` is changed by a statement the grader does not run (line " \
+                   f"{stmt.lineno} of its cell)"
+    # A needed name bound nowhere at all is missing from the kernel's namespace too: certain.
+    return None

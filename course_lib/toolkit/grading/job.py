@@ -56,6 +56,10 @@ class Job:
     processes: int = Limits.processes
     disk: int = Limits.disk
     output: int = Limits.output
+    #: ``"all"``: run the whole notebook in a kernel for its status, then check the functions;
+    #: ``"functions"``: only the checks, which run the graded functions and what they use (the
+    #: whole notebook still runs when the extraction is not certain: ``extract.uncertain``).
+    run: str = "all"
 
     @property
     def limits(self) -> Limits:
@@ -76,10 +80,15 @@ class NotebookResult:
     learner: str
     notebook: str
     chapter: str
-    status: str                  # ran | raised | timeout | crashed | refused | unreadable | ...
+    status: str                  # ran | checked | raised | timeout | crashed | refused | ...
     detail: str = ""
     verdicts: list[Verdict] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)   # exercise -> the graded source
+    #: Where this notebook's time went, in seconds (``python``: this process's start and imports,
+    #: ``kernel``: the sandboxed kernel's start, ``cells``: running the cells, ``checks_start``:
+    #: the check sandbox's start, ``checks``: the checks). Not in the gradebook (not
+    #: reproducible); ``bench/grade_class.py`` reports it.
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- 1. run the notebook
@@ -120,8 +129,12 @@ def _kernel_spec(job: Job, workdir: Path, scratch: Path) -> Path:
     return spec.parent
 
 
-def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
-    """Execute ``nb`` in a sandboxed kernel; ``(status, detail)`` for the gradebook."""
+def run_notebook(job: Job, nb: dict[str, Any], timings: dict[str, float] | None = None
+                 ) -> tuple[str, str]:
+    """Execute ``nb`` in a sandboxed kernel; ``(status, detail)`` for the gradebook.
+    ``timings`` receives ``kernel`` (its start) and ``cells`` (the cells), in seconds."""
+    timings = {} if timings is None else timings
+    started = time.perf_counter()
     import nbformat
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
@@ -171,6 +184,7 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
         # The kernel client is up and no cell has run: wait for each reply in 1 s polls, not in
         # one poll as long as the cell limit (see kernel_polling; the limit itself is kept).
         poll_shell_in_slices(client.kc)
+        timings["kernel"] = round(time.perf_counter() - started, 3)
         pid = getattr(getattr(km, "provisioner", None), "pid", None)
         if pid and job.sandboxed:
             state["watch"] = sandbox.TreeWatch(int(pid), job.limits,
@@ -212,6 +226,7 @@ def run_notebook(job: Job, nb: dict[str, Any]) -> tuple[str, str]:
             sandbox.kill_tree(int(pid))
         if watch is not None:
             watch.__exit__(None, None, None)
+        timings["cells"] = round(time.perf_counter() - started - timings.get("kernel", 0.0), 3)
     if watch is not None and watch.reason:
         status = "crashed"
         detail = f"the sandbox was ended in cell {state['cell']}: {watch.reason}"
@@ -262,8 +277,11 @@ def _launcher(job: Job, folder: Path) -> Any:
     return ForkServer(wrap)
 
 
-def grade_exercises(job: Job, nb: dict[str, Any]) -> tuple[list[Verdict], dict[str, str]]:
-    """The checkers' verdict on each of ``job.exercises``, and the source each one graded."""
+def grade_exercises(job: Job, nb: dict[str, Any], timings: dict[str, float] | None = None
+                    ) -> tuple[list[Verdict], dict[str, str]]:
+    """The checkers' verdict on each of ``job.exercises``, and the source each one graded.
+    ``timings`` receives ``checks_start`` (the check sandbox's start) and ``checks``."""
+    timings = {} if timings is None else timings
     from course_lib.toolkit.checking import FileSource, get_exercise, run_check
     from course_lib.toolkit.checking._engine import not_attempted
 
@@ -295,7 +313,9 @@ def grade_exercises(job: Job, nb: dict[str, Any]) -> tuple[list[Verdict], dict[s
             (folder / f"{ex.id}.py").write_text(module.source, encoding="utf-8")
             graded.append(ex)
     if graded:
+        began = time.perf_counter()
         with _launcher(job, folder) as launcher:
+            timings["checks_start"] = round(time.perf_counter() - began, 3)
             for ex in graded:
                 started = time.perf_counter()
                 result = run_check(ex, FileSource(str(folder / f"{ex.id}.py"),
@@ -305,6 +325,7 @@ def grade_exercises(job: Job, nb: dict[str, Any]) -> tuple[list[Verdict], dict[s
                 verdicts[ex.id] = Verdict(ex.id, verdict, result.mistake or "",
                                           _capped(result.message),
                                           round(time.perf_counter() - started, 3))
+        timings["checks"] = round(time.perf_counter() - began - timings["checks_start"], 3)
     return [verdicts[ex.id] for ex in exercises], sources
 
 
@@ -325,17 +346,48 @@ def grade_notebook(job: Job) -> NotebookResult:
                               _capped(f"{type(e).__name__}: {e}", 300),
                               [Verdict(i, "not_attempted", "", "The notebook could not be read.")
                                for i in job.exercises])
-    status, detail = run_notebook(job, nb)
-    verdicts, sources = grade_exercises(job, nb)
+    from .extract import uncertain
+
+    timings: dict[str, float] = {}
+    began = time.perf_counter()
+    why = None
+    if job.run == "functions":
+        from course_lib.toolkit.checking import get_exercise
+
+        why = uncertain(nb, {get_exercise(i).function_name for i in job.exercises})
+    if job.run == "functions" and why is None:
+        status, detail = "checked", ""
+    else:
+        status, detail = run_notebook(job, nb, timings)
+        if why is not None:
+            detail = "; ".join(x for x in (f"the whole notebook was run: {why}", detail) if x)
+    verdicts, sources = grade_exercises(job, nb, timings)
+    timings["inside"] = round(time.perf_counter() - began, 3)
     return NotebookResult(job.learner, job.notebook, job.chapter, status, _capped(detail, 1000),
-                          verdicts, sources)
+                          verdicts, sources, timings)
 
 
-def main() -> int:
-    job = Job(**json.loads(sys.stdin.read()))
-    result = grade_notebook(job)
-    sys.stdout.write("\n" + json.dumps(asdict(result)) + "\n")
-    sys.stdout.flush()
+def main(argv: list[str] | None = None) -> int:
+    """One job from standard input; with ``--serve``, one job per line until standard input
+    ends (a warm grading process: ``runner.py``), each result on a line of its own."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["--serve"]:
+        job = Job(**json.loads(sys.stdin.read()))
+        result = grade_notebook(job)
+        sys.stdout.write("\n" + json.dumps(asdict(result)) + "\n")
+        sys.stdout.flush()
+        return 0
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = Job(**json.loads(line))
+        try:
+            result = grade_notebook(job)
+        except Exception as e:     # this job's row says why; the next job still runs
+            result = NotebookResult(job.learner, job.notebook, job.chapter, "crashed",
+                                    _capped(f"the grader failed: {type(e).__name__}: {e}", 300))
+        sys.stdout.write("\n" + json.dumps(asdict(result)) + "\n")
+        sys.stdout.flush()
     return 0
 
 
