@@ -143,6 +143,10 @@ def main(argv=None) -> int:
                                                            True)),
                     args.pairs, args.number)
     load_end = os.getloadavg()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "course_lib/attention/flash.py"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
     cores = os.cpu_count()
     loaded = max(load_start[0], load_end[0]) > 0.5 * (cores or 1)
     lines = [
@@ -151,7 +155,8 @@ def main(argv=None) -> int:
         f"`python bench/flash_rewrite.py --pairs {args.pairs} --n {args.n} "
         f"--train-n {args.train_n}`: `before` = `course_lib/attention/flash.py` at "
         f"`{BEFORE_COMMIT}` (before the torch.func rewrite), `rewrite` = the same at "
-        f"`{REWRITE_COMMIT}` (the rewrite as it landed), `after` = the working tree (issue 55: "
+        f"`{REWRITE_COMMIT}` (the rewrite as it landed), `after` = the working tree, "
+        f"{head}{' with flash.py modified' if dirty else ''} (issue 55: "
         "in-place tile updates where no graph is recorded and no torch.func transform wraps "
         "the operands), `torch` = `torch.nn.functional.scaled_dot_product_attention` (default "
         f"CPU kernel). {args.pairs} rounds, the order reversed every other round; each cell is "
