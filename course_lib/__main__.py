@@ -165,6 +165,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     log = Path(args.log) if args.log else out.with_name(out.stem + "-attempts.csv")
     cache = None if args.no_cache else (
         Path(args.cache) if args.cache else out.with_name(out.stem + "-cache.sqlite3"))
+    if args.cluster and not args.cluster_config:
+        raise _UsageError("--cluster needs --cluster-config FILE (sample: "
+                          "docs/grading/slurm.yaml)")
     if args.no_sandbox:
         print("warning: --no-sandbox: learner code runs with your permissions, able to read "
               "and change your files. Use it for notebooks you trust only.", file=sys.stderr)
@@ -176,7 +179,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
                             notebook_timeout=args.notebook_timeout,
                             memory=int(args.memory_gb * 1024 ** 3), processes=args.processes,
                             disk=int(args.disk_mb * 1024 ** 2),
-                            sandboxed=not args.no_sandbox, run=args.run)
+                            sandboxed=not args.no_sandbox, run=args.run,
+                            scheduler=args.scheduler, cluster=args.cluster,
+                            cluster_config=args.cluster_config)
     except (grading.SubmissionError, grading.AssignmentError,
             sandbox.SandboxUnavailable) as e:
         raise _UsageError(str(e)) from None
@@ -227,6 +232,13 @@ def _configure_grade(p: argparse.ArgumentParser) -> None:
                    "the checks' sandbox (a notebook whose functions cannot be extracted with "
                    "certainty is run whole, its notes say why); all: also run each whole "
                    "notebook top to bottom for its status (ran, raised, timeout)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on a running Dask cluster (tcp://host:8786 or tls://...; "
+                   "docs/grading.md, Larger classes)")
+    p.add_argument("--cluster", choices=("slurm", "pbs", "sge", "lsf", "htcondor"),
+                   help="start Dask workers on a batch system (dask-jobqueue): --jobs of them")
+    p.add_argument("--cluster-config", metavar="FILE.yaml",
+                   help="the --cluster's settings (sample: docs/grading/slurm.yaml)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run learner code without the OS sandbox: ONLY for notebooks you trust")
 

@@ -23,7 +23,6 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,7 +124,9 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
           notebook_timeout: float = 600.0, call_timeout: float = 10.0,
           memory: int = sandbox.Limits.memory, processes: int = sandbox.Limits.processes,
           disk: int = sandbox.Limits.disk, output: int = sandbox.Limits.output,
-          sandboxed: bool = True, progress: bool = True, run: str = "all") -> GradeRun:
+          sandboxed: bool = True, progress: bool = True, run: str = "all",
+          scheduler: str | None = None, cluster: str | None = None,
+          cluster_config: str | Path | None = None, security: Any = None) -> GradeRun:
     """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``,
     and ``out``'s metadata file with the seed).
 
@@ -141,7 +142,10 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     certainty is run whole, and its notes say why). The verdicts are the same. Raises
     :class:`sandbox.SandboxUnavailable` when the sandbox cannot run here,
     :class:`SubmissionError` for paths that are no submissions and :class:`AssignmentError` for a
-    malformed assignment.
+    malformed assignment. ``scheduler`` (a Dask scheduler's address) or ``cluster`` (a
+    ``dask-jobqueue`` kind, with its ``cluster_config`` file; ``jobs`` batch jobs) grade the
+    notebooks on a Dask cluster (``cluster.py``; ``security``: Dask's TLS settings); this process
+    alone writes the outputs.
     """
     from tqdm.auto import tqdm
 
@@ -227,14 +231,22 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     took_by: dict[int, float] = {}
     limit_extra = 120.0
     try:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
-                tqdm(total=len(todo), desc="grading", unit="notebook",
-                     disable=not progress) as bar:
-            futures = [(n, k, pool.submit(runner.run_job, job,
-                                          notebook_timeout + limit_extra
-                                          + call_timeout * 20 * len(job.exercises)))
-                       for n, job, k in todo]
-            for _, k, future in futures:
+        if scheduler is None and cluster is None:
+            pool: Any = runner.LocalPool(jobs)
+        else:
+            from .cluster import DaskPool
+
+            pool = DaskPool(scheduler, cluster, cluster_config, jobs, security)
+        with pool, tqdm(total=len(todo), desc="grading", unit="notebook",
+                        disable=not progress) as bar:
+            if progress and getattr(pool, "dashboard", None):
+                bar.write(f"Dask dashboard: {pool.dashboard}")
+            futures = {pool.submit(job, notebook_timeout + limit_extra
+                                   + call_timeout * 20 * len(job.exercises)): k
+                       for _, job, k in todo}
+            # Each result is kept (cache) as it arrives: a run that stops resumes from them.
+            for future in pool.as_completed(list(futures)):
+                k = futures[future]
                 result, took = future.result()
                 if result["status"] != "crashed" or result["verdicts"]:
                     cache_db.put(k, {**result, "learner": "", "notebook": ""})

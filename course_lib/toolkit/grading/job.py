@@ -367,6 +367,23 @@ def grade_notebook(job: Job) -> NotebookResult:
                           verdicts, sources, timings)
 
 
+def _die_with_parent() -> None:
+    """A warm process whose parent (the grader, a Dask worker) is gone ends at once, with the
+    sandboxes it started (they die with their parent): no orphan grades on."""
+    import signal
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """One job from standard input; with ``--serve``, one job per line until standard input
     ends (a warm grading process: ``runner.py``), each result on a line of its own."""
@@ -377,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n" + json.dumps(asdict(result)) + "\n")
         sys.stdout.flush()
         return 0
+    _die_with_parent()
     for line in sys.stdin:
         if not line.strip():
             continue

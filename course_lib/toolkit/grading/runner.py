@@ -144,3 +144,28 @@ def stop_all() -> None:
     for proc in procs:
         proc.stop()
     _LOCAL.proc = None
+
+
+class LocalPool:
+    """``jobs`` notebooks at once on this machine, each thread with its warm process (the same
+    interface as ``cluster.DaskPool``)."""
+
+    def __init__(self, jobs: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(max_workers=max(1, jobs))
+
+    def submit(self, job: Job, limit: float) -> Any:
+        return self.executor.submit(run_job, job, limit)
+
+    @staticmethod
+    def as_completed(futures: list[Any]) -> Any:
+        from concurrent.futures import as_completed
+
+        return as_completed(futures)
+
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
