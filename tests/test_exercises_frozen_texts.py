@@ -36,9 +36,9 @@ PASS_MESSAGES = {
                    "n=4096, d_model=768.",
     "online_softmax_stats": "All 6 cases passed: rising maxima; max in the first block; "
                             "one block; float64, many blocks; large magnitudes; -inf entries.",
-    "flash_attention": "All 6 cases passed: L not a multiple of the block; batched heads; "
+    "flash_attention": "All 7 cases passed: L not a multiple of the block; batched heads; "
                        "float64, block 7; large scores; block larger than L; "
-                       "L=256, default block.",
+                       "L=256, default block; few queries, many keys.",
     "flash_backward": "All 6 cases passed: L != S, block 4; causal, batched heads; "
                       "float64, block 7; float64, causal, block 5; large scores; "
                       "L=256, causal, default block.",

@@ -106,7 +106,7 @@ SOFTMAX = Exercise(
     forbidden=("softmax",),
     hints=(
         "softmax(x)_i = exp(x_i) / Σ_j exp(x_j), along `dim`. Build it from torch.exp and .sum; "
-        "torch.softmax and log_softmax are off limits here.",
+        "torch.softmax, log_softmax and logsumexp are off limits here.",
         "exp(1000) overflows to inf, and inf/inf is NaN. Subtracting the same number from every "
         "entry of a slice does not change the softmax: subtract the slice's maximum.",
         "m = x.amax(dim=dim, keepdim=True); e = torch.exp(x - m); "

@@ -215,6 +215,13 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
         Case("L=256, default block", (r(1, 2, 256, 16), r(1, 2, 256, 16), r(1, 2, 256, 16)),
              note="no N×N tensor, N = 256: none with two dims >= 256, or as many elements",
              max_square=256),
+        # Few queries, many keys: one query's row of 4096 scores already has as many elements
+        # as a 64×64 matrix, so blocking by queries cannot fit; blocks of keys with the online
+        # softmax do (a 16 × 64 tile).
+        Case("few queries, many keys", (r(1, 1, 16, 8), r(1, 1, 4096, 8), r(1, 1, 4096, 8), 64),
+             note="16 queries, 4096 keys: no tensor with 64² elements, not even one row of "
+                  "scores; only key blocks with a running max and sum fit",
+             max_square=64),
     ]
 
 
@@ -278,7 +285,8 @@ FLASH_ATTENTION = Exercise(
     tolerances={torch.float32: (1e-4, 1e-3)},  # float32 attention: exp amplifies rounding
     chapter="08_flash",
     title="Flash attention, block by block",
-    signature="flash_attention(q, k, v (B, H, L, E), block_size=64) -> (B, H, L, E)",
+    signature="flash_attention(q (B, H, L, E), k, v (B, H, S, E), block_size=64) -> "
+              "(B, H, L, E)",
     params=("q", "k", "v", "block_size"),
     cases=_flash_cases,
     oracle=_flash_oracle,
@@ -485,7 +493,7 @@ FLASH_BACKWARD = Exercise(
     oracle=_backward_oracle,
     magnitude=_backward_magnitude,
     solution=flash_backward,
-    forbidden=("sdpa",),
+    forbidden=("sdpa", "autograd"),
     hints=(
         "Loop over key blocks k_j, v_j. Recompute the block's scores S_j = q @ k_jᵀ / √E "
         "(masked when causal) and from them the weights P_j = exp(S_j − lse): lse already "

@@ -35,11 +35,12 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 #: family gets a refusing kernel (``_policy``): no torch mode can be switched off to reach it.
 FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
     "softmax": {
-        "label": "torch's softmax / log_softmax",
-        "aten_family": r"softmax",
+        "label": "torch's softmax / log_softmax / logsumexp",
+        "aten_family": r"softmax|logsumexp",
         "aten": (),
         "torch": ("softmax", "log_softmax", "special_softmax", "special_log_softmax",
-                  "_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax"),
+                  "_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax",
+                  "logsumexp", "special_logsumexp"),
         "python": ("course_lib.attention.softmax:safe_softmax",),
     },
     "matmul": {
@@ -89,7 +90,58 @@ FORBIDDEN_GROUPS: dict[str, dict[str, Any]] = {
                    "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
                    "torch.nn.modules.transformer:TransformerDecoderLayer.forward"),
     },
+    "autograd": {
+        "label": "torch's automatic differentiation (torch.autograd.grad, Tensor.backward, "
+                 "torch.func's transforms)",
+        "aten_family": "",
+        "aten": (),
+        "torch": (),
+        "python": ("torch.autograd:grad", "torch.autograd:backward",
+                   "torch._tensor:Tensor.backward",
+                   *(f"torch.autograd.functional:{f}" for f in (
+                       "vjp", "jvp", "jacobian", "hessian", "hvp", "vhp")),
+                   *(f"torch.func:{f}" for f in (
+                       "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
+                       "linearize"))),
+    },
 }
+
+
+def attention_modules(packages: tuple[str, ...] = ("nn", "ao/nn")) -> tuple[str, ...]:
+    """``module:Class.method`` of every forward method (``forward``, ``_forward_impl``, ...) of
+    every attention module class (``class *Attention*(...)``, a ``torch.nn.Module``) defined
+    in torch's ``packages``: found by reading the packages' sources, so that a module torch adds
+    (``torch.ao.nn.quantizable.MultiheadAttention``...) is forbidden without anyone naming it."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    root = Path(torch.__file__).parent
+    pattern = re.compile(r"^class (\w*Attention\w*)\(", re.M)
+    found: list[str] = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for m in pattern.finditer(text):
+                module = ".".join(("torch", *path.relative_to(root).with_suffix("").parts))
+                try:
+                    cls = getattr(importlib.import_module(module), m.group(1))
+                except Exception:    # a module this build cannot import: nothing to call
+                    continue
+                if isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+                    found += [f"{module}:{cls.__qualname__}.{name}"
+                              for name, fn in vars(cls).items()
+                              if "forward" in name and inspect.isfunction(fn)]
+    return tuple(found)
+
+
+_ATTENTION_MODULES = attention_modules()
+FORBIDDEN_GROUPS["sdpa"]["python"] += _ATTENTION_MODULES
+FORBIDDEN_GROUPS["mha"]["python"] = tuple(dict.fromkeys(
+    FORBIDDEN_GROUPS["mha"]["python"] + _ATTENTION_MODULES))
+FORBIDDEN_GROUPS["mha"]["label"] = (
+    "a ready-made multi-head attention module (torch.nn.MultiheadAttention, any attention "
+    "module of torch.nn or torch.ao, course_lib's MultiHeadAttention)")
 
 
 class OnceIterator:
