@@ -9,7 +9,11 @@ rejects and unnamed wrong submissions with the checker's message.
 
 Usage (from the repository root; the progress record goes to a temporary directory)::
 
-    .venv/bin/python bench/blind_corpus_report.py [--exercise ID ...] [--seed N]
+    .venv/bin/python bench/blind_corpus_report.py [--exercise ID ...] [--seed N ...]
+
+With several seeds (each fixes the generated cases) the report of the first seed is followed by
+the share named under each seed and the submissions whose verdict or naming changes with the
+cases; without ``--seed`` the cases are fresh, as a learner's are.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-#: mistake ids that say only *that* the output is wrong (found by checking garbage functions:
-#: zeros, a tuple, NaN, one that raises, a wrong dtype or shape), not *which* mistake it is
+#: mistake ids that say only *that* the output is wrong, not *which* mistake it is: what the
+#: checker answers for garbage (zeros of the wrong dtype or shape, a tuple, None, all NaN, all
+#: inf, a function that raises, an endless loop)
 GENERIC = frozenset({"wrong_values", "wrong_shape", "wrong_dtype", "wrong_type", "raised",
-                     "nan", "inf", "timeout", "crashed", "not_attempted"})
+                     "nan", "inf", "timeout", "not_attempted"})
 
 
 def is_named(mistake: str | None) -> bool:
@@ -101,14 +106,46 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _outcome(row: dict) -> str:
+    if row["passed"]:
+        return "passed"
+    return row["mistake"] if is_named(row["mistake"]) else f"unnamed ({row['mistake']})"
+
+
+def stability(runs: dict[int, list[dict]]) -> str:
+    """Share named under each seed, and the submissions whose outcome depends on the seed."""
+    out = ["", "### Per seed", "", "| seed | named | wrong | share | false accepts | "
+           "false rejects |", "|---:|---:|---:|---:|---:|---:|"]
+    for seed, rows in runs.items():
+        wrong = [r for r in rows if not r["right"]]
+        named = sum(not r["passed"] and is_named(r["mistake"]) for r in wrong)
+        fa = sum(r["passed"] for r in wrong)
+        fr = sum(r["right"] and not r["passed"] for r in rows)
+        out.append(f"| {seed} | {named} | {len(wrong)} | {named / len(wrong):.1%} | {fa} | {fr} |")
+    first = next(iter(runs.values()))
+    changing = []
+    for k, row in enumerate(first):
+        outcomes = {seed: _outcome(rows[k]) for seed, rows in runs.items()}
+        if len(set(outcomes.values())) > 1:
+            changing.append(f"- `{row['exercise']}` #{row['index']} ({row['label']}): "
+                            + ", ".join(f"seed {s}: {o}" for s, o in outcomes.items()))
+    out += ["", f"### Outcome depends on the seed: {len(changing)}", *changing]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--exercise", nargs="*", help="only these exercise ids")
-    parser.add_argument("--seed", type=int, default=None, help="fix the generated cases")
+    parser.add_argument("--seed", type=int, nargs="*", default=None,
+                        help="fix the generated cases (several: compare the seeds)")
     args = parser.parse_args(argv)
     os.environ.setdefault("COURSE_LIB_PROGRESS",
                           str(Path(tempfile.mkdtemp(prefix="blind_corpus_")) / "progress"))
-    print(table(run(args.exercise, args.seed)))
+    seeds = args.seed or [None]
+    runs = {seed: run(args.exercise, seed) for seed in seeds}
+    print(table(runs[seeds[0]]))
+    if len(seeds) > 1:
+        print(stability(runs))
 
 
 if __name__ == "__main__":
