@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import feedback as feedback_module
 from . import report, runner, sandbox
 from .assignment import Assignment, AssignmentError
 from .job import Job, NotebookResult
@@ -267,10 +268,12 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     else:
         points = {i: 1.0 for i, c in chapter_of_exercise.items() if c in chapters}
     ordered = [results[n] for n in range(len(submissions))]
-    report.write_outputs(ordered, points, out, Path(log) if log else None,
-                         Path(feedback) if feedback else None, roster)
+    report.write_outputs(ordered, points, out, Path(log) if log else None, None, roster)
+    if feedback:
+        feedback_module.write_feedback(ordered, points, Path(feedback))
     _write_metadata(out, seed, points, assignment, sandboxed)
-    return GradeRun(ordered, list(points), report.summary_markdown(ordered, points),
+    return GradeRun(ordered, list(points),
+                    feedback_module.summary_markdown(ordered, points, roster),
                     graded=len(todo), seconds=seconds, cache_errors=cache_errors,
                     points=points, seed=seed,
                     seconds_by_result=[took_by.get(n) for n in range(len(submissions))])
