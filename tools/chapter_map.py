@@ -42,6 +42,7 @@ CHAPTERS = {
     "11_flex_attention": ("FlexAttention", "mask_mod, score_mod, tiles", "work"),
     "12_capstone": ("Capstone", "watch attention learn", "work"),
     "13_across_devices": ("Across devices", "ring attention, Ulysses", "work"),
+    "14_open_models": ("Open models today", "sinks, gates, DeltaNet", "work"),
 }
 
 COLS, BOX_W, BOX_H, GAP_X, ROW_H, LEFT, TOP = 4, 218, 74, 30, 138, 24, 60
