@@ -268,6 +268,10 @@ def _gdr_oracle(state, q, k, v, g, beta):
 def _gdr_order(order, state, q, k, v, g, beta):
     """One step with the order or form named by ``order``."""
     alpha = torch.exp(g)[..., None, None] if order != "g_as_factor" else g[..., None, None]
+    if order == "no_beta":
+        beta = torch.ones_like(beta)
+    elif order == "one_minus_beta":
+        beta = 1 - beta
 
     def update(s):
         stored = (s * k[..., None]).sum(dim=-2)
@@ -295,6 +299,8 @@ _GDR_SHOWS = {
     "no_erase": "a step that writes without erasing, S' = αS + βkvᵀ (decayed linear attention)",
     "read_before_update": "a step that reads with q before updating the state",
     "g_as_factor": "a step that multiplies the state by g itself, not α = e^g",
+    "no_beta": "a step that erases and writes in full, as if β = 1",
+    "one_minus_beta": "a step that erases and writes with strength 1 − β instead of β",
 }
 
 GATED_DELTA_STEP = Exercise(
