@@ -181,8 +181,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
                             disk=int(args.disk_mb * 1024 ** 2),
                             sandboxed=not args.no_sandbox, run=args.run,
                             scheduler=args.scheduler, cluster=args.cluster,
-                            cluster_config=args.cluster_config)
-    except (grading.SubmissionError, grading.AssignmentError,
+                            cluster_config=args.cluster_config, lms=args.lms,
+                            times=args.times, times_zone=args.times_zone,
+                            no_late=args.no_late)
+    except (grading.SubmissionError, grading.AssignmentError, grading.lms.TimesError,
             sandbox.SandboxUnavailable) as e:
         raise _UsageError(str(e)) from None
     print(run.summary)
@@ -232,6 +234,15 @@ def _configure_grade(p: argparse.ArgumentParser) -> None:
                    "the checks' sandbox (a notebook whose functions cannot be extracted with "
                    "certainty is run whole, its notes say why); all: also run each whole "
                    "notebook top to bottom for its status (ran, raised, timeout)")
+    p.add_argument("--lms", choices=("moodle", "canvas"),
+                   help="the submissions are that LMS's download: learner ids from its folder "
+                   "or file names (docs/grading.md)")
+    p.add_argument("--times", metavar="FILE.csv",
+                   help="submission times from the LMS (Moodle's grading worksheet, or "
+                   "learner,submitted_at): not the files' modification times")
+    p.add_argument("--times-zone", metavar="ZONE",
+                   help="the time zone of Moodle's worksheet times (e.g. Europe/Berlin)")
+    p.add_argument("--no-late", action="store_true", help="charge no late days")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="grade on a running Dask cluster (tcp://host:8786 or tls://...; "
                    "docs/grading.md, Larger classes)")

@@ -15,6 +15,7 @@ and the outputs (``report.py``) are written by this process alone, after the not
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -28,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from . import feedback as feedback_module
+from . import lms as lms_module
 from . import report, runner, sandbox
 from .assignment import Assignment, AssignmentError
 from .job import Job, NotebookResult
+from .lms import lms_learner
 from .store import ResultCache, key
 from .submissions import Submission, SubmissionError, chapter_of, discover
 
@@ -107,6 +110,14 @@ def _write_metadata(out: Path, seed: int, points: dict[str, float],
     os.replace(tmp, meta)
 
 
+def _zone(name: str | None) -> dt.tzinfo | None:
+    if name is None:
+        return None
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
 def _submitted(sub: Submission) -> dt.datetime:
     try:
         return dt.datetime.fromtimestamp(os.lstat(sub.notebook).st_mtime, dt.timezone.utc)
@@ -127,7 +138,9 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
           disk: int = sandbox.Limits.disk, output: int = sandbox.Limits.output,
           sandboxed: bool = True, progress: bool = True, run: str = "all",
           scheduler: str | None = None, cluster: str | None = None,
-          cluster_config: str | Path | None = None, security: Any = None) -> GradeRun:
+          cluster_config: str | Path | None = None, security: Any = None,
+          lms: str | None = None, times: str | Path | None = None,
+          times_zone: str | None = None, no_late: bool = False) -> GradeRun:
     """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``,
     and ``out``'s metadata file with the seed).
 
@@ -146,7 +159,10 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     malformed assignment. ``scheduler`` (a Dask scheduler's address) or ``cluster`` (a
     ``dask-jobqueue`` kind, with its ``cluster_config`` file; ``jobs`` batch jobs) grade the
     notebooks on a Dask cluster (``cluster.py``; ``security``: Dask's TLS settings); this process
-    alone writes the outputs.
+    alone writes the outputs. ``lms`` (``"moodle"``, ``"canvas"``): learner ids from that LMS's
+    download names; ``times``: the LMS's record of submission times (``lms.read_times``; Moodle's
+    local times in ``times_zone``), else the file times, with a warning when they look copied;
+    ``no_late``: no late deduction at all. The summary says where the times came from.
     """
     from tqdm.auto import tqdm
 
@@ -163,6 +179,18 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     if isinstance(assignment, (str, Path)):
         assignment = assignment_module.load(assignment, chapter_of_exercise)
     submissions = discover(list(paths))
+    if lms is not None:      # the LMS's download names -> its learner ids (lms.py)
+        submissions = [dataclasses.replace(sub, learner=lms_learner(sub.learner, lms)
+                                           or sub.learner) for sub in submissions]
+    record = lms_module.read_times(times, _zone(times_zone)) if times is not None else None
+    time_source, time_warning = "not used (--no-late)" if no_late else "", None
+    if not no_late and assignment is not None and assignment.deadline is not None:
+        if record is not None:
+            time_source = f"from the LMS's record ({Path(times).name})"
+        else:
+            time_source = "from the notebooks' file times"
+            time_warning = lms_module.file_time_warning(
+                [_submitted(s) for s in submissions if s.problem is None], assignment.deadline)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     seed = _seed_for(out, seed, new_seed)
@@ -205,9 +233,11 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
                     "sandbox": sandboxed, "run": run, "limits": [cell_timeout, notebook_timeout,
                                                      call_timeout, *asdict(limits).values()]}
         k = key(sub.data, settings)
-        submitted = _submitted(sub)
-        late = {"late_days": assignment.days_late(submitted) if assignment else 0.0}
-        late["late_factor"] = assignment.late.factor(late["late_days"]) if assignment else 1.0
+        submitted = record.get(sub.learner) if record is not None else None
+        submitted = submitted or _submitted(sub)
+        charge = assignment is not None and not no_late
+        late = {"late_days": assignment.days_late(submitted) if charge else 0.0}
+        late["late_factor"] = assignment.late.factor(late["late_days"]) if charge else 1.0
         cached = cache_db.get(k)
         if cached is not None:
             results[n] = {**cached, "learner": sub.learner, "notebook": str(sub.notebook),
@@ -272,8 +302,13 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     if feedback:
         feedback_module.write_feedback(ordered, points, Path(feedback))
     _write_metadata(out, seed, points, assignment, sandboxed)
-    return GradeRun(ordered, list(points),
-                    feedback_module.summary_markdown(ordered, points, roster),
+    summary = feedback_module.summary_markdown(ordered, points, roster)
+    if time_source:
+        summary += f"\n\nSubmission times: {time_source}."
+    if time_warning:
+        summary += f"\n\nWARNING: {time_warning}. Give the LMS's record (--times FILE) or " \
+                   "grade with --no-late."
+    return GradeRun(ordered, list(points), summary,
                     graded=len(todo), seconds=seconds, cache_errors=cache_errors,
                     points=points, seed=seed,
                     seconds_by_result=[took_by.get(n) for n in range(len(submissions))])
