@@ -999,6 +999,89 @@ CORPUS += [
 ]
 
 
+# ---------------------------------------------------------------------- second round: variants
+CORPUS += [
+    _s("masked_attention", "no guard: a fully masked row comes out NaN", False, """
+def masked_attention(q, k, v, mask):
+    logits = torch.einsum("...le,...se->...ls", q, k) / math.sqrt(q.shape[-1])
+    logits = logits.masked_fill(~mask, -math.inf)
+    return torch.softmax(logits, dim=-1) @ v
+"""),
+    _s("flash_attention", "rescales the running output but not the running sum", False, """
+def flash_attention(q, k, v, block_size=64):
+    s = q.shape[-1] ** -0.5
+    rows = q.shape[:-1] + (1,)
+    m = torch.full(rows, -math.inf, dtype=q.dtype)
+    l = torch.zeros(rows, dtype=q.dtype)
+    o = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
+    for lo in range(0, k.shape[-2], block_size):
+        kk, vv = k[..., lo:lo + block_size, :], v[..., lo:lo + block_size, :]
+        sc = (q @ kk.transpose(-1, -2)) * s
+        m2 = torch.maximum(m, sc.amax(-1, keepdim=True))
+        p = (sc - m2).exp()
+        o = o * (m - m2).exp() + p @ vv
+        l = l + p.sum(-1, keepdim=True)
+        m = m2
+    return o / l
+"""),
+    _s("decode_step", "attends to the cache only, before appending", False, """
+def decode_step(x, w_q, w_k, w_v, k_cache, v_cache, cos, sin):
+    P, L = k_cache.shape[1], x.shape[1]
+    def rope(t):
+        t1, t2 = t.chunk(2, dim=-1)
+        return t * cos[P:P + L] + torch.cat([-t2, t1], dim=-1) * sin[P:P + L]
+    q, k_new, v_new = rope(x @ w_q), rope(x @ w_k), x @ w_v
+    scores = q @ k_cache.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    out = torch.nan_to_num(torch.softmax(scores, dim=-1) @ v_cache)
+    if P == 0:
+        out = torch.zeros_like(v_new)
+    return out, torch.cat([k_cache, k_new], dim=1), torch.cat([v_cache, v_new], dim=1)
+"""),
+    _s("mla_absorbed_step", "scales the nope part by 1/sqrt(N) and the rope part by 1/sqrt(R)",
+       False, """
+def mla_absorbed_step(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos,
+                      sin):
+    B, H, L, N = q_nope.shape
+    P, R = c_cache.shape[1], q_rope.shape[-1]
+    pos_cos, pos_sin = cos[P:P + L], sin[P:P + L]
+    def rope(t):
+        a, b = t.chunk(2, dim=-1)
+        return t * pos_cos + torch.cat([-b, a], dim=-1) * pos_sin
+    lat = torch.cat([c_cache, c_new], dim=1)
+    kr = torch.cat([k_rope_cache, rope(k_rope_new)], dim=1)
+    w = w_kv_b.view(H, -1, lat.shape[-1])
+    w_uk, w_uv = w[:, :N], w[:, N:]
+    nope = torch.einsum("bhln,hnr,bsr->bhls", q_nope, w_uk, lat) / math.sqrt(N)
+    pe = torch.einsum("bhlk,bsk->bhls", rope(q_rope), kr) / math.sqrt(R)
+    S = lat.shape[1]
+    keep = torch.ones(L, S, dtype=torch.bool).tril(S - L)
+    p = torch.softmax((nope + pe).masked_fill(~keep, -math.inf), dim=-1)
+    return torch.einsum("bhls,bsr,hvr->bhlv", p, lat, w_uv), lat, kr
+"""),
+    _s("merge_partials", "right output, lse taken as the larger of the two", False, """
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    top = torch.maximum(lse_a, lse_b)
+    shift = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+    ea, eb = torch.exp(lse_a - shift), torch.exp(lse_b - shift)
+    den = torch.where(ea + eb == 0, torch.ones_like(ea), ea + eb)
+    out = (ea / den).unsqueeze(-1) * out_a + (eb / den).unsqueeze(-1) * out_b
+    return out, top
+"""),
+    _s("merge_partials", "weights exp(lse - max) not divided by their sum", False, """
+def merge_partials(out_a, lse_a, out_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    m = m.masked_fill(m == -math.inf, 0.0)
+    wa, wb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    lse = m + torch.log(wa + wb)
+    return wa[..., None] * out_a + wb[..., None] * out_b, lse
+"""),
+]
+CORPUS += [
+    _ring("merges by averaging outputs",
+          MERGE="new_out, new_lse = (out + out_b) / 2, torch.logaddexp(lse, lse_b)"),
+]
+
+
 def namespace() -> dict:
     """The names a chapter notebook has imported when the learner writes the cell."""
     import math
