@@ -75,7 +75,7 @@ def _gpt_oss():
     from transformers.models.gpt_oss import modeling_gpt_oss as m
     cfg = transformers.GptOssConfig(
         hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        num_hidden_layers=4, sliding_window=3, rope_parameters=ROPE, vocab_size=16,
+        num_hidden_layers=4, sliding_window=3, vocab_size=16,      # gpt-oss's own YaRN RoPE
         intermediate_size=8, num_local_experts=2, num_experts_per_tok=1)
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"          # grouped_mm refuses float64
@@ -94,9 +94,13 @@ def test_gpt_oss_sinks_and_sliding_full_alternation():
     cfg, model, seen = _gpt_oss()
     kinds = interleaved(cfg.num_hidden_layers, 2)
     assert kinds == cfg.layer_types == ["sliding_attention", "full_attention"] * 2
+    rope = dict(cfg.rope_parameters)
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 32
+    base = rope.pop("rope_theta")
     for i, kind in enumerate(kinds):
         attn = model.layers[i].self_attn
-        ours = OpenAttention(32, 4, 2, 8, bias=True, sinks=True,
+        ours = OpenAttention(32, 4, 2, 8, bias=True, sinks=True, rope_base=base,
+                             rope_scaling=rope,
                              window=cfg.sliding_window if kind == "sliding_attention" else None)
         ours.load_state_dict(attn.state_dict())
         ours.double()
@@ -107,7 +111,8 @@ def test_gpt_oss_sinks_and_sliding_full_alternation():
         pos, mask = kw["position_embeddings"], kw["attention_mask"]
         _assert_same_grads(ours, attn, ours, lambda x, a=attn, p=pos, m=mask: a(x, p, m)[0],
                            hidden)
-        other = OpenAttention(32, 4, 2, 8, bias=True, sinks=True,
+        other = OpenAttention(32, 4, 2, 8, bias=True, sinks=True, rope_base=base,
+                              rope_scaling=rope,
                               window=None if kind == "sliding_attention" else cfg.sliding_window)
         other.load_state_dict(attn.state_dict())
         with torch.no_grad():                         # the other kind of layer differs

@@ -14,7 +14,8 @@ r"""The attention layer of today's open models, each piece a switch on one modul
   logits from the same projection as the queries (``q_proj`` has ``2·H·E`` rows: per head, the
   query then the gate);
 * ``rotary_dim``: RoPE on the first ``R`` features of each head (Qwen3-Next: a quarter),
-  ``0`` for a layer without positions (NoPE).
+  ``0`` for a layer without positions (NoPE); ``rope_scaling`` a Hugging Face dict (gpt-oss:
+  YaRN), see :func:`~.positions.scaled_rope_frequencies`.
 
 Grouped-query attention throughout (``num_kv_heads`` divides ``num_heads``). Parameter names
 are transformers' (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``q_norm``, ``k_norm``,
@@ -47,7 +48,8 @@ class OpenAttention(nn.Module):
                  head_dim: int | None = None, *, bias: bool = False, qk_norm: bool = False,
                  norm_unit_offset: bool = False, norm_eps: float = 1e-6, sinks: bool = False,
                  window: int | None = None, gate: bool = False, rotary_dim: int | None = None,
-                 rope_base: float = 10000.0, scale: float | None = None) -> None:
+                 rope_base: float = 10000.0, rope_scaling: dict | None = None,
+                 scale: float | None = None) -> None:
         super().__init__()
         Hkv = num_heads if num_kv_heads is None else num_kv_heads
         E = embed_dim // num_heads if head_dim is None else head_dim
@@ -61,7 +63,7 @@ class OpenAttention(nn.Module):
         self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim = embed_dim, num_heads, \
             Hkv, E
         self.window, self.gate, self.rotary_dim, self.rope_base = window, gate, R, rope_base
-        self.scale = scale
+        self.scale, self.rope_scaling = scale, rope_scaling
         self.q_proj = nn.Linear(embed_dim, num_heads * E * (2 if gate else 1), bias=bias)
         self.k_proj = nn.Linear(embed_dim, Hkv * E, bias=bias)
         self.v_proj = nn.Linear(embed_dim, Hkv * E, bias=bias)
@@ -87,7 +89,8 @@ class OpenAttention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor | None = None,
                 sin: torch.Tensor | None = None) -> torch.Tensor:
         """``x (B, L, D)`` → ``(B, L, D)``. ``cos``/``sin`` ``(L, R)`` (split halves, as
-        :func:`~.positions.rope_cache`): computed for ``rope_base`` when not given."""
+        :func:`~.positions.rope_cache`): computed for ``rope_base`` and ``rope_scaling`` when
+        not given."""
         if x.dim() != 3 or x.shape[-1] != self.embed_dim:
             raise ValueError(f"x must have shape (B, L, D) with D={self.embed_dim}, got "
                              f"{tuple(x.shape)}")
@@ -105,7 +108,8 @@ class OpenAttention(nn.Module):
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         if self.rotary_dim:
             if cos is None or sin is None:
-                cos, sin = rope_cache(L, self.rotary_dim, self.rope_base, dtype=x.dtype,
+                cos, sin = rope_cache(L, self.rotary_dim, self.rope_base,
+                                      rope_scaling=self.rope_scaling, dtype=x.dtype,
                                       device=x.device)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         mask = self.mask(L, x.device)
