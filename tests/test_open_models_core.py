@@ -221,3 +221,5 @@ def test_open_attention_without_extras_is_plain_gqa_attention():
         layer(x[..., :8])
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=4"):
         OpenAttention(16, 4, 3)
+    with pytest.raises(ValueError, match="qk_norm must be False, True, 'head' or 'projection'"):
+        OpenAttention(16, 4, qk_norm="layer")

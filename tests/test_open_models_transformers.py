@@ -145,6 +145,31 @@ def test_qwen3_qk_norm_attention():
         assert (plain.double()(x) - attn(x, pos, causal)[0]).abs().max() > 1e-2
 
 
+def test_olmo2_qk_norm_over_the_whole_projection():
+    from transformers.models.olmo2 import modeling_olmo2 as m
+    cfg = transformers.Olmo2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                   num_hidden_layers=1, rope_parameters=ROPE, vocab_size=16,
+                                   intermediate_size=8)
+    cfg._attn_implementation = "eager"
+    attn = _randomize(m.Olmo2Attention(cfg, 0))
+    ours = OpenAttention(32, 4, 2, 8, qk_norm="projection", norm_eps=cfg.rms_norm_eps)
+    ours.load_state_dict(attn.state_dict())
+    ours.double()
+    x = _x(32)
+    pos = m.Olmo2RotaryEmbedding(cfg)(x, torch.arange(L)[None])
+    causal = _additive(ours.mask(L))
+    _assert_same_grads(ours, attn, ours, lambda x: attn(x, pos, causal)[0], x)
+    per_head = OpenAttention(32, 4, 2, 8, qk_norm=True, norm_eps=cfg.rms_norm_eps).double()
+    with torch.no_grad():
+        per_head.q_norm.weight.fill_(1.0)
+        per_head.k_norm.weight.fill_(1.0)
+        ours.q_norm.weight.fill_(1.0)
+        ours.k_norm.weight.fill_(1.0)
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(per_head, name).load_state_dict(getattr(ours, name).state_dict())
+        assert (per_head(x) - ours(x)).abs().max() > 1e-3      # per head is another norm
+
+
 def test_gemma3_qk_norm_scale_and_layer_pattern():
     from transformers.models.gemma3 import modeling_gemma3 as m
     cfg = transformers.Gemma3TextConfig(

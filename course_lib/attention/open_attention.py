@@ -4,8 +4,9 @@ r"""The attention layer of today's open models, each piece a switch on one modul
           \mathrm{RoPE}(\mathrm{N}(XW_k))^\top}{\sqrt{E}} + M_w\big)\, XW_v
           \odot \sigma(XW_g)\Big) W_o
 
-* ``qk_norm``: RMSNorm ``N`` on each query and key head (:mod:`.qk_norm`; OLMo 2 normalises
-  the whole projection instead, Qwen3 and Gemma 3 each head, as here);
+* ``qk_norm``: RMSNorm ``N`` on each query and key head (:mod:`.qk_norm`; ``True`` or
+  ``"head"``: Qwen3, Gemma 3), or on the whole query and key projections before the split into
+  heads (``"projection"``: OLMo 2);
 * ``sinks``: a learned sink logit ``b`` per head in the softmax's normaliser (:mod:`.sink_softmax`,
   gpt-oss);
 * ``window``: a sliding-window mask ``M_w`` (a local layer, :mod:`.layer_pattern`), ``None``
@@ -45,7 +46,8 @@ class OpenAttention(nn.Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None,
-                 head_dim: int | None = None, *, bias: bool = False, qk_norm: bool = False,
+                 head_dim: int | None = None, *, bias: bool = False,
+                 qk_norm: bool | str = False,
                  norm_unit_offset: bool = False, norm_eps: float = 1e-6, sinks: bool = False,
                  window: int | None = None, gate: bool = False, rotary_dim: int | None = None,
                  rope_base: float = 10000.0, rope_scaling: dict | None = None,
@@ -68,9 +70,13 @@ class OpenAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, Hkv * E, bias=bias)
         self.v_proj = nn.Linear(embed_dim, Hkv * E, bias=bias)
         self.o_proj = nn.Linear(num_heads * E, embed_dim, bias=bias)
+        if qk_norm not in (False, True, "head", "projection"):
+            raise ValueError(f"qk_norm must be False, True, 'head' or 'projection', got "
+                             f"{qk_norm!r}")
         if qk_norm:
-            self.q_norm = HeadRMSNorm(E, norm_eps, unit_offset=norm_unit_offset)
-            self.k_norm = HeadRMSNorm(E, norm_eps, unit_offset=norm_unit_offset)
+            wq, wk = (E, E) if qk_norm != "projection" else (num_heads * E, Hkv * E)
+            self.q_norm = HeadRMSNorm(wq, norm_eps, unit_offset=norm_unit_offset)
+            self.k_norm = HeadRMSNorm(wk, norm_eps, unit_offset=norm_unit_offset)
         self.qk_norm = qk_norm
         if sinks:
             self.sinks = nn.Parameter(torch.zeros(num_heads))
@@ -103,7 +109,10 @@ class OpenAttention(nn.Module):
             gate = gate.reshape(B, L, H * E)
         k = self.k_proj(x).view(B, L, Hkv, E)
         v = self.v_proj(x).view(B, L, Hkv, E).transpose(1, 2)
-        if self.qk_norm:
+        if self.qk_norm == "projection":                                   # over all heads
+            q = self.q_norm(q.reshape(B, L, H * E)).view(B, L, H, E)
+            k = self.k_norm(k.reshape(B, L, Hkv * E)).view(B, L, Hkv, E)
+        elif self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         if self.rotary_dim:
