@@ -102,3 +102,17 @@ def test_grade_takes_ids_from_canvas_names_and_times_from_the_record(tmp_path):
     none = grading.grade(sorted(subs.iterdir()), tmp_path / "c.csv", no_late=True, **common)
     assert "not used (--no-late)" in none.summary and "WARNING" not in none.summary
     assert all(r.split(",")[3] == "0" for r in (tmp_path / "c.csv").read_text().splitlines()[1:])
+
+
+def test_canvas_import_fills_the_assignment_column_of_canvas_export(tmp_path):
+    """Canvas's export with the column empty, filled from the documented gradebook sample,
+    gives the documented import file byte for byte."""
+    docs = ROOT / "docs" / "grading"
+    lines = (docs / "canvas_import.csv").read_text().splitlines()
+    export = tmp_path / "export.csv"
+    export.write_text("\n".join(lines[:2] + [x.rsplit(",", 1)[0] + "," for x in lines[2:]])
+                      + "\n")
+    text = lms.canvas_import(export, docs / "moodle_import.csv", "Week 3")
+    assert text == (docs / "canvas_import.csv").read_text()
+    with pytest.raises(ValueError, match="0 columns match"):
+        lms.canvas_import(export, docs / "moodle_import.csv", "Week 9")

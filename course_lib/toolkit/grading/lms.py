@@ -21,12 +21,16 @@ learner column and a submission-time column, recognised by their headers:
 
 Without an LMS record, file times are used and :func:`file_time_warning` says when they look
 copied or restored; ``--no-late`` charges no lateness at all.
+
+**Back to the LMS.** :func:`canvas_import` fills an assignment's column of Canvas's gradebook
+export from a gradebook's totals (Moodle imports ``gradebook.csv`` as it is: docs/grading.md).
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,3 +120,31 @@ def file_time_warning(times: Sequence[dt.datetime], deadline: dt.datetime | None
     if opened is not None and min(times) < opened:
         return "some file times are older than the assignment: they look restored"
     return None
+
+
+def canvas_import(export: str | Path, gradebook: str | Path, column: str,
+                  match: str = "SIS Login ID") -> str:
+    """Canvas's gradebook export (*Grades → Export*) with the assignment's ``column`` (its full
+    header, or the start of it: ``Week 3``) filled from ``gradebook``'s ``total``, matching the
+    export's ``match`` column (``SIS Login ID``, or ``ID`` after ``--lms canvas``) to
+    ``learner``; the CSV text to import (*Grades → Import*). Canvas's own rows (*Points
+    Possible*) and learners without a gradebook row are kept as exported."""
+    with Path(export).open(newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f))
+    if not rows or match not in rows[0]:
+        raise ValueError(f"{export}: not a Canvas gradebook export (no {match!r} column)")
+    head = rows[0]
+    found = [i for i, h in enumerate(head) if h == column] or \
+        [i for i, h in enumerate(head) if h.startswith(column)]
+    if len(found) != 1:
+        raise ValueError(f"{export}: {len(found)} columns match {column!r} (give the full "
+                         "header, e.g. 'Week 3: softmax and self-attention (1234)')")
+    target, key = found[0], head.index(match)
+    with Path(gradebook).open(newline="", encoding="utf-8") as f:
+        totals = {r["learner"]: r["total"] for r in csv.DictReader(f)}
+    for row in rows[1:]:
+        if len(row) > max(target, key) and row[key] in totals:
+            row[target] = totals[row[key]]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
