@@ -300,8 +300,8 @@ def test_gradebook_has_points_late_penalty_and_escaped_cells():
     points = {"e1": 2.0, "e2": 3.0}
     lines = report.gradebook_csv(results, points, roster={"a": "Ann", "z": "Zed"}).splitlines()
     assert lines == ["learner,name,e1,e2,late_days,total,notes",
-                     "'=HYPERLINK(1),,2,3,1.5,4,b.ipynb: raised (-2+3)",
-                     "a,Ann,2,,0,2,1.ipynb: ran; 2.ipynb: ran",
+                     "\"'=HYPERLINK(1)\",,2,3,1.5,4,\"b.ipynb: raised (-2+3)\"",
+                     "a,Ann,2,,0,2,\"1.ipynb: ran; 2.ipynb: ran\"",
                      "z,Zed,,,0,0,no submission"]
     assert "m (1)" in report.summary_markdown(results, points)
     assert report.safe_cell("@SUM(A1)") == "'@SUM(A1)" and report.safe_cell(3) == 3

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -197,6 +196,9 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     cache_db = ResultCache(cache)
     tmp_root = Path(tempfile.mkdtemp(prefix="course-lib-grading-"))
     course_copy = sandbox.learner_copy() if sandboxed else Path()   # same path every run
+    if sandboxed and (problem := sandbox.import_problem(course_copy)) is not None:
+        sandbox.remove_tree(tmp_root)
+        raise sandbox.SandboxUnavailable(problem)
     limits = sandbox.Limits(memory, processes, disk, output)
     results: dict[int, dict[str, Any]] = {}
     todo: list[tuple[int, Job, str]] = []
@@ -292,7 +294,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
         cache_errors = list(cache_db.errors)
         cache_db.close()
         runner.stop_all()
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        sandbox.remove_tree(tmp_root)    # never raises (a learner's 1100-deep folder chain)
     if assignment is not None:
         points = dict(assignment.points)
     else:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .submissions import learner_id
+
 
 class AssignmentError(ValueError):
     """The assignment file is malformed (the message says where)."""
@@ -121,7 +123,7 @@ def _roster(value: Any, path: Path) -> dict[str, str] | None:
     for i, row in enumerate(rows, start=1):
         if not isinstance(row, dict) or not str(row.get("id", "")).strip():
             raise AssignmentError(f"{path}: roster entry {i} has no id")
-        lid = str(row["id"]).strip()
+        lid = learner_id(str(row["id"]).strip())     # the one normalisation of file names
         if lid in roster:
             raise AssignmentError(f"{path}: roster lists {lid!r} twice")
         roster[lid] = str(row.get("name", lid)).strip() or lid

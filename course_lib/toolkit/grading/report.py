@@ -16,16 +16,17 @@
 
 Every text cell is written so a spreadsheet shows it as text: a cell starting with ``=``, ``+``,
 ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (the OWASP advice against formula
-injection). Rows and columns come in a fixed order, so grading the same submissions twice writes
-the same gradebook, byte for byte.
+injection), and a cell with a separator (``,``, ``;``, tab, ``|``, a line break), a quote or a
+formula character *anywhere* is quoted, so that no locale's separator splits it into a cell that
+starts a formula (``x;=SUM(1;41)``). What reaches the terminal has its control characters
+(escape sequences) shown as escapes (:func:`terminal_text`). Rows and columns come in a fixed
+order, so grading the same submissions twice writes the same gradebook, byte for byte.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import os
 import re
 import tempfile
@@ -58,17 +59,49 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+#: A formula character after a separator of any locale (and spaces or quotes): where a
+#: spreadsheet splits the line on that separator, it would start a cell.
+_AFTER_SEPARATOR = re.compile(r'([,;\t|\r\n][\s"]*)(?=[=+\-@])')
+
+
 def safe_cell(value: Any) -> Any:
-    """``value`` as a spreadsheet shows it as text (see the module docstring); numbers pass."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    """``value`` as a spreadsheet shows it as text (see the module docstring); numbers pass.
+    A text starting with a formula character gets a leading ``'``, and so does every formula
+    character right after a separator inside it (``x;=SUM(1;41)`` -> ``x;'=SUM(1;41)``), so no
+    locale's split of the line starts a formula."""
+    if not isinstance(value, str):
+        return value
+    value = _AFTER_SEPARATOR.sub(r"\1'", value)
+    if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value
 
 
+#: A text cell with one of these anywhere is quoted (separators of any locale, line breaks, the
+#: quote itself, formula characters).
+_QUOTE = frozenset(',;\t|\r\n"=+-@')
+
+
+def _csv_cell(value: Any) -> str:
+    value = safe_cell(value)
+    text = "" if value is None else str(value)
+    if isinstance(value, str) and _QUOTE.intersection(text):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
 def _csv(rows: Sequence[Sequence[Any]]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows([[safe_cell(v) for v in row] for row in rows])
-    return out.getvalue()
+    return "".join(",".join(_csv_cell(v) for v in row) + "\n" for row in rows)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` safe to print on the instructor's terminal: control characters (escape
+    sequences, carriage returns, bidirectional overrides) shown as ``\\x..``/``\\u....``
+    escapes; tabs and line breaks kept."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 _REVIEW = {
@@ -216,9 +249,11 @@ def summary_markdown(results: Sequence[dict[str, Any]], points: dict[str, float]
                       "share passed": f"{passed / n:.0%}" if n else "-",
                       "attempted": f"{tried}/{n}",
                       "most common mistake": f"{top[0]} ({top[1]})" if top else "-"})
-    text = markdown_table(table)
-    review = sorted((r["learner"], Path(r["notebook"]).name, flags) for r in results
-                    if (flags := review_flags(r.get("sources", {}))))
+    text = markdown_table(table, columns=["exercise", "passed", "share passed", "attempted",
+                                          "most common mistake"])   # no exercise: no rows
+    # Names are the learners' own: shown on the instructor's terminal without escape sequences.
+    review = sorted((terminal_text(r["learner"]), terminal_text(Path(r["notebook"]).name), flags)
+                    for r in results if (flags := review_flags(r.get("sources", {}))))
     if review:
         text += "\n\nRows to review (their graded code uses these; the log has the source):\n"
         text += "\n".join(f"- {who} ({nb}): {', '.join(flags)}" for who, nb, flags in review)

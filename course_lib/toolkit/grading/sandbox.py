@@ -46,8 +46,15 @@ PACKAGE = "bubblewrap"
 #: nothing a notebook can read differs between two byte-identical notebooks).
 INSIDE = "/grading"
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
-        "/etc/group", "/etc/hosts", "/etc/mime.types")
+_ETC = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types")
+#: What the sandbox sees instead of the host's user and host tables (nothing of the machine's
+#: accounts or network names to echo into feedback): the sandbox's own user and the loopback.
+_ETC_WRITTEN = {
+    "/etc/passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                   f"nobody:x:65534:65534:nobody:{INSIDE}/home:/usr/sbin/nologin\n",
+    "/etc/group": "root:x:0:\nnogroup:x:65534:\n",
+    "/etc/hosts": "127.0.0.1 localhost grading\n::1 localhost\n",
+}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -58,12 +65,13 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     """Per notebook: ``memory`` (bytes, the process tree's resident total), ``processes``,
     ``disk`` (bytes written to ``/tmp`` and the scratch folder), ``output`` (bytes of cell
-    output kept)."""
+    output kept), ``threads`` (of all its processes together)."""
 
     memory: int = 4 * 1024 ** 3
     processes: int = 32
     disk: int = 256 * 1024 ** 2
     output: int = 2 * 1024 ** 2
+    threads: int = 256
 
 
 def find_bwrap() -> str | None:
@@ -154,6 +162,48 @@ def learner_copy(dest: Path | None = None) -> Path:
     return home / "course_lib"
 
 
+def _tables() -> Path:
+    """The folder of the sandbox's own ``passwd``, ``group`` and ``hosts``
+    (:data:`_ETC_WRITTEN`), named by their content (``/tmp/course-lib-etc-<sha256>``): what a
+    sandbox's mount table shows of it is the same for every job and names none of the grader's
+    folders. A folder of that name that is not this user's or is writable by others is not
+    used (a fresh one is made)."""
+    digest = hashlib.sha256(repr(sorted(_ETC_WRITTEN.items())).encode()).hexdigest()[:32]
+    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    home = base / f"course-lib-etc-{digest}"
+    try:
+        info = os.lstat(home)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() \
+                and not info.st_mode & 0o022 and all(
+                    (home / Path(d).name).read_text() == t for d, t in _ETC_WRITTEN.items()):
+            return home
+        home = Path(tempfile.mkdtemp(prefix="course-lib-etc-"))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        home = Path(tempfile.mkdtemp(prefix="course-lib-etc-"))
+    building = Path(tempfile.mkdtemp(prefix=f"{home.name}.", dir=home.parent))
+    for dest, text in _ETC_WRITTEN.items():
+        (building / Path(dest).name).write_text(text)
+        os.chmod(building / Path(dest).name, 0o644)
+    os.chmod(building, 0o755)
+    try:
+        os.rename(building, home)       # atomic: a reader sees no half-made folder
+    except OSError:                     # another grader made it first
+        remove_tree(building)
+        return home if home.is_dir() and os.lstat(home).st_uid == os.getuid() else \
+            _fresh_tables()
+    return home
+
+
+def _fresh_tables() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="course-lib-etc-"))
+    for dest, text in _ETC_WRITTEN.items():
+        (folder / Path(dest).name).write_text(text)
+    os.chmod(folder, 0o755)
+    return folder
+
+
 def _python_roots() -> list[str]:
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     roots.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
@@ -190,6 +240,11 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     for path in _ETC:
         if os.path.exists(path):
             opts += ["--ro-bind", path, path]
+    folder = Path(args_dir) if args_dir is not None else Path(scratch or ".").parent
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = _tables()
+    for dest in sorted(_ETC_WRITTEN):
+        opts += ["--ro-bind", str(tables / Path(dest).name), dest]
     for root in _python_roots():
         opts += ["--ro-bind", root, root]
     opts += ["--ro-bind", str(course), str(course_package())]
@@ -202,14 +257,51 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     opts += ["--chdir", INSIDE, "--clearenv"]
     for k, v in sorted(env.items()):
         opts += ["--setenv", k, v]
-    folder = Path(args_dir) if args_dir is not None else Path(scratch or ".").parent
-    folder.mkdir(parents=True, exist_ok=True)
     fd, args_file = tempfile.mkstemp(prefix=".bwrap-args-", dir=folder)
     with os.fdopen(fd, "wb") as f:
         f.write(b"".join(os.fsencode(a) + b"\0" for a in opts))
     env_bin = shutil.which("env") or "/usr/bin/env"
     script = 'f=$1 e=$2 b=$3; shift 3; cat "$f" | exec "$e" -i "$b" --args 0 -- "$@"'
     return ["/bin/sh", "-c", script, "sh", args_file, env_bin, bwrap, *argv]
+
+
+_IMPORTS_CHECKED: dict[tuple[str, str], str | None] = {}
+
+
+def import_problem(course: Path, python: str = sys.executable, timeout: float = 300.0
+                   ) -> str | None:
+    """``None`` if ``course_lib`` (the learner copy ``course``) and torch import inside the
+    sandbox, else what went wrong, in words: the grader says so at start rather than letting
+    every notebook "crash" (a ``course_lib`` importable only through ``PYTHONPATH``, which the
+    sandbox clears; a virtual environment outside the mounted Python roots). Checked once per
+    course copy and interpreter in this process."""
+    key = (str(course), python)
+    if key in _IMPORTS_CHECKED:
+        return _IMPORTS_CHECKED[key]
+    folder = Path(tempfile.mkdtemp(prefix="course-lib-probe-"))
+    problem: str | None = None
+    try:
+        argv = command([python, "-c", "import course_lib, torch; print('ok')"], scratch=None,
+                       course=course, limits=Limits(), env=inside_env(home="/tmp"),
+                       args_dir=folder)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout, start_new_session=True)
+            if proc.returncode != 0 or proc.stdout.strip() != b"ok":
+                last = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                problem = (f"course_lib does not import inside the grading sandbox (exit "
+                           f"{proc.returncode}: {last[0][:300]}). The sandbox sees only the "
+                           f"Python installation ({', '.join(_python_roots())}) and the course "
+                           "copy; install course_lib into that environment (pip install -e .) "
+                           "rather than through PYTHONPATH, which the sandbox clears.")
+        except subprocess.TimeoutExpired:
+            problem = f"importing course_lib inside the grading sandbox took over {timeout:g} s"
+    except (OSError, SandboxUnavailable) as e:
+        problem = f"the grading sandbox could not start: {e}"
+    finally:
+        remove_tree(folder)
+    _IMPORTS_CHECKED[key] = problem
+    return problem
 
 
 def inside_env(extra: dict[str, str] | None = None, home: str = INSIDE) -> dict[str, str]:
@@ -284,20 +376,129 @@ def resident_bytes(pid: int) -> int:
         return 0
 
 
+def thread_count(pid: int) -> int:
+    """The threads of process ``pid`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read().decode("ascii", "replace")
+        return int(stat_line[stat_line.rindex(")") + 2:].split()[17])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def folder_bytes(folder: Path, most: int = 10_000) -> int:
     """Bytes the files below ``folder`` take on disk; a folder of over ``most`` entries counts
-    as over any limit (walking it would take longer than a poll)."""
-    total, seen = 0, 0
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            seen += 1
-            if seen > most:
-                return sys.maxsize
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                pass
+    as over any limit (walking it would take longer than a poll). Iterative (a learner's
+    1100-deep chain of folders is walked like a flat one) and never follows a link."""
+    total, seen, todo = 0, 0, [os.fspath(folder)]
+    while todo:
+        here = todo.pop()
+        try:
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > most:
+                        return sys.maxsize
+                    try:
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(entry.path)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
     return total
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0)
+
+
+def remove_tree(path: str | os.PathLike[str], most: int = 2_000_000) -> str | None:
+    """Remove ``path`` and everything below it; never raises. Returns ``None``, or what was left
+    and why. Iterative and by directory descriptor (one open at a time, names relative to it):
+    a chain of folders deeper than Python's recursion limit or longer than ``PATH_MAX`` goes like
+    any other, a folder a learner made unreadable is made readable first, and links are removed,
+    never followed. ``most``: the operations allowed (a bound, not a guess at the size)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"{os.fsdecode(path)}: {e.strerror}"
+    try:
+        if not stat.S_ISDIR(info.st_mode):
+            os.unlink(path)
+            return None
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        return f"{os.fsdecode(path)}: {e.strerror}"
+    names: list[str] = []              # the folders below ``path`` we are in, by name
+    skipped: list[set[str]] = [set()]  # per level: names that could not be removed
+    left = None
+    try:
+        for _ in range(most):
+            sub = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.name in skipped[-1]:
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            sub = entry.name
+                            break
+                        os.unlink(entry.name, dir_fd=fd)
+                    except OSError as e:
+                        skipped[-1].add(entry.name)
+                        left = f"{entry.name}: {e.strerror}"
+            if sub is not None:
+                try:
+                    child = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                except PermissionError:
+                    try:
+                        os.chmod(sub, 0o700, dir_fd=fd)
+                        child = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                    except OSError as e:
+                        skipped[-1].add(sub)
+                        left = f"{sub}: {e.strerror}"
+                        continue
+                except OSError as e:
+                    skipped[-1].add(sub)
+                    left = f"{sub}: {e.strerror}"
+                    continue
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                skipped.append(set())
+                continue
+            if not names:               # back at the top, and it is empty (or what is left)
+                break
+            parent = os.open("..", _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            name = names.pop()
+            left_below = skipped.pop()
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError as e:
+                skipped[-1].add(name)
+                if not left_below:
+                    left = f"{name}: {e.strerror}"
+        else:
+            left = left or f"over {most} operations"
+    except BaseException as e:   # never raises: what is left is said
+        left = f"{type(e).__name__}: {e}"
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if not names and not skipped[0] and left is None:
+        try:
+            os.rmdir(path)
+        except OSError as e:
+            left = e.strerror
+    return None if left is None else f"{os.fsdecode(path)}: not all removed ({left})"
 
 
 class TreeWatch:
@@ -313,6 +514,7 @@ class TreeWatch:
         self.reason: str | None = None
         self.peak_memory = 0
         self.peak_processes = 0
+        self.peak_threads = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -325,17 +527,31 @@ class TreeWatch:
         self._thread.join()
 
     def _run(self) -> None:
+        """Poll until stopped; fails closed: an error here ends the sandbox, with the reason."""
+        try:
+            self._poll()
+        except BaseException as e:
+            self.reason = (f"its limits could no longer be watched ({type(e).__name__}), "
+                           "so it was ended")
+            kill_tree(self.root)
+
+    def _poll(self) -> None:
         while not self._stop.wait(self.interval):
             pids = tree(self.root)
             memory = sum(resident_bytes(p) for p in pids)
+            threads = sum(thread_count(p) for p in pids)
             self.peak_memory = max(self.peak_memory, memory)
             self.peak_processes = max(self.peak_processes, len(pids))
+            self.peak_threads = max(self.peak_threads, threads)
             if memory > self.limits.memory:
                 self.reason = (f"its processes held {memory / 1024 ** 3:.2f} GiB together "
                                f"(limit {self.limits.memory / 1024 ** 3:g} GiB)")
             elif len(pids) > self.limits.processes + 3:   # + sh, bwrap, its namespace's init
                 self.reason = (f"it ran {len(pids) - 3} processes at once "
                                f"(limit {self.limits.processes})")
+            elif threads > self.limits.threads + 3:
+                self.reason = (f"it ran {threads - 3} threads at once "
+                               f"(limit {self.limits.threads})")
             elif self.folder is not None and \
                     (used := folder_bytes(self.folder)) > self.limits.disk:
                 self.reason = (f"it wrote {used / 1024 ** 2:.0f} MiB to its folder" if

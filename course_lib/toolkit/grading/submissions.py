@@ -3,9 +3,12 @@
 A path is a learner's notebook (``alice.ipynb``: learner ``alice``) or a learner's folder of
 notebooks (``bob/03_softmax.ipynb``, ...: learner ``bob``). Identity comes from the instructor's
 side only (the file or folder name, checked against the roster when there is one), never from
-anything inside a notebook. Each notebook is read here, once, by the grader (:func:`read_safely`):
-a symbolic link, a FIFO or another non-file, an unreadable or oversized file, or an odd name
-becomes a :class:`Submission` with a ``problem``, which is that row's reason, and grading goes on.
+anything inside a notebook. The id is the name after one normalisation (:func:`learner_id`);
+two submissions from different files or folders whose names give one id are *both* refused,
+with a reason that names both (rows never merge onto a classmate's). Each notebook is read
+here, once, by the grader (:func:`read_safely`): a symbolic link, a FIFO or another non-file,
+an unreadable or oversized file, or an odd name becomes a :class:`Submission` with a
+``problem``, which is that row's reason, and grading goes on.
 Which chapter a notebook is comes from the workbook's own metadata (``course_lib.workbook.
 chapter``), else from a file name ``NN_name.ipynb``, else from the exercise ids its check calls
 name; an assignment then decides whether that chapter is graded at all.
@@ -40,12 +43,37 @@ class Submission:
 
 
 def learner_id(name: str) -> str:
-    """A file or folder name as a learner id: Unicode NFC, no undecodable bytes (shown as
-    U+FFFD), no control characters, surrounding spaces removed."""
+    """A file or folder name as a learner id, the one normalisation (a roster's ids get the
+    same): Unicode NFC; an undecodable byte or a control character becomes U+FFFD. Nothing is
+    removed (`` vic`` is not ``vic``); names that still meet are refused by :func:`discover`."""
     text = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     text = unicodedata.normalize("NFC", text)
     text = "".join(c if unicodedata.category(c)[0] != "C" else "\ufffd" for c in text)
-    return text.strip() or "\ufffd"
+    return text or "\ufffd"
+
+
+def _shown(path: Path) -> str:
+    """A path for a reason: its name, with anything unprintable escaped."""
+    return ascii(os.fsdecode(path.name))[1:-1] if not path.name.isprintable() \
+        else path.name
+
+
+def _unmerged(found: list[tuple[Submission, Path]]) -> list[Submission]:
+    """``found`` (each with the file or folder its id came from), with every submission whose
+    id also comes from another file or folder refused, naming them all."""
+    sources: dict[str, set[Path]] = {}
+    for sub, source in found:
+        sources.setdefault(sub.learner, set()).add(source)
+    out = []
+    for sub, _ in found:
+        clash = sources[sub.learner]
+        if len(clash) > 1:
+            names = ", ".join(sorted(repr(_shown(p)) for p in clash))
+            sub = Submission(sub.learner, sub.notebook, None,
+                             f"has a name that reads as learner {sub.learner!r}, as do {names}: "
+                             "none of them is graded (rename them apart)")
+        out.append(sub)
+    return out
 
 
 def read_safely(path: Path) -> tuple[bytes | None, str | None]:
@@ -86,39 +114,65 @@ def read_safely(path: Path) -> tuple[bytes | None, str | None]:
         os.close(fd)
 
 
+#: Entries looked at below one learner's folder (a bound: the walk is iterative, so a chain of
+#: folders deeper than Python's recursion limit is walked like a flat one).
+MAX_FOLDER_ENTRIES = 100_000
+
+
 def _notebooks_in(folder: Path) -> list[Path]:
-    """Every ``*.ipynb`` below ``folder``, not following symbolic links to folders."""
-    found = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
-        found += [Path(root) / f for f in sorted(files) if f.endswith(".ipynb")]
-    return found
+    """Every ``*.ipynb`` below ``folder``, not following symbolic links to folders; iterative,
+    and at most :data:`MAX_FOLDER_ENTRIES` entries looked at."""
+    found, todo, seen = [], [os.fspath(folder)], 0
+    while todo and seen < MAX_FOLDER_ENTRIES:
+        here = todo.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: os.fsencode(e.name))
+        except OSError:
+            continue
+        seen += len(entries)
+        subs = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir and entry.name != ".ipynb_checkpoints":
+                subs.append(entry.path)
+            elif not is_dir and entry.name.endswith(".ipynb"):
+                found.append(Path(entry.path))
+        todo.extend(reversed(subs))
+    return sorted(found, key=lambda p: os.fsencode(p))
 
 
 def discover(paths: list[str | Path]) -> list[Submission]:
     """One :class:`Submission` per notebook, sorted by learner then file name."""
-    found: list[Submission] = []
+    found: list[tuple[Submission, Path]] = []
     for raw in paths:
         path = Path(raw)
+        source = Path(os.path.abspath(path))
         if path.is_symlink():
-            found.append(Submission(learner_id(path.stem if path.suffix == ".ipynb"
-                                               else path.name), path,
-                                    problem="is a symbolic link, not a file: not graded"))
+            found.append((Submission(learner_id(path.stem if path.suffix == ".ipynb"
+                                                else path.name), path,
+                                     problem="is a symbolic link, not a file: not graded"),
+                          source))
         elif path.is_dir():
-            learner = learner_id(path.resolve().name)
+            source = path.resolve()
+            learner = learner_id(source.name)
             notebooks = _notebooks_in(path)
             if not notebooks:
-                found.append(Submission(learner, path, problem="has no notebook (.ipynb)"))
+                found.append((Submission(learner, path, problem="has no notebook (.ipynb)"),
+                              source))
             for nb in notebooks:
                 data, problem = read_safely(nb)
-                found.append(Submission(learner, nb, data, problem))
+                found.append((Submission(learner, nb, data, problem), source))
         elif path.suffix == ".ipynb" and os.path.lexists(path):
             data, problem = read_safely(path)
-            found.append(Submission(learner_id(path.stem), path, data, problem))
+            found.append((Submission(learner_id(path.stem), path, data, problem), source))
         else:
             raise SubmissionError(f"{os.fsdecode(raw)!r}: not a notebook (.ipynb) or a folder "
                                   "of notebooks")
-    return sorted(found, key=lambda s: (s.learner, os.fsencode(s.notebook.name)))
+    return sorted(_unmerged(found), key=lambda s: (s.learner, os.fsencode(s.notebook.name)))
 
 
 def chapter_of(nb: dict[str, Any], path: Path, chapter_of_exercise: dict[str, str]) -> str | None:
@@ -127,8 +181,12 @@ def chapter_of(nb: dict[str, Any], path: Path, chapter_of_exercise: dict[str, st
     meta = meta.get("course_lib", {}) if isinstance(meta, dict) else {}
     meta = meta.get("workbook", {}) if isinstance(meta, dict) else {}
     chapters = set(chapter_of_exercise.values())
-    if isinstance(meta, dict) and meta.get("chapter") in chapters:
-        return meta["chapter"]
+    written = meta.get("chapter") if isinstance(meta, dict) else None
+    if isinstance(written, str):     # as the workbook wrote it: "03_softmax" or a file name
+        stem = written.replace("\\", "/").rsplit("/", 1)[-1]
+        stem = stem[:-len(".ipynb")] if stem.endswith(".ipynb") else stem
+        if stem in chapters:
+            return stem
     if _CHAPTER_NAME.match(path.stem) and path.stem in chapters:
         return path.stem
     named = []
