@@ -183,7 +183,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
                             scheduler=args.scheduler, cluster=args.cluster,
                             cluster_config=args.cluster_config, lms=args.lms,
                             times=args.times, times_zone=args.times_zone,
-                            no_late=args.no_late)
+                            no_late=args.no_late, class_report=args.class_report)
     except (grading.SubmissionError, grading.AssignmentError, grading.lms.TimesError,
             sandbox.SandboxUnavailable) as e:
         raise _UsageError(str(e)) from None
@@ -234,6 +234,9 @@ def _configure_grade(p: argparse.ArgumentParser) -> None:
                    "the checks' sandbox (a notebook whose functions cannot be extracted with "
                    "certainty is run whole, its notes say why); all: also run each whole "
                    "notebook top to bottom for its status (ran, raised, timeout)")
+    p.add_argument("--class-report", metavar="FILE.html",
+                   help="write the class report: scores, pass rates, common mistakes, who is "
+                   "missing or late, code to review, similar submissions")
     p.add_argument("--lms", choices=("moodle", "canvas"),
                    help="the submissions are that LMS's download: learner ids from its folder "
                    "or file names (docs/grading.md)")

@@ -57,7 +57,8 @@ def graded_class(tmp_path_factory) -> dict:
     subs = _class(base / "submissions")
     run = grading.grade(subs, base / "local" / "gradebook.csv", log=base / "local" / "log.csv",
                         feedback=base / "local" / "feedback", jobs=2, seed=SEED,
-                        progress=False, run="functions", memory=2 * 1024 ** 3)
+                        progress=False, run="functions", memory=2 * 1024 ** 3,
+                        class_report=base / "local" / "class.html")
     return {"base": base, "subs": subs, "run": run, "gradebook": base / "local" / "gradebook.csv"}
 
 
@@ -66,6 +67,25 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     with log.open("w") as f:
         return subprocess.Popen([sys.executable, "-m", *args], stdout=f, stderr=subprocess.STDOUT,
                                 env=env, cwd=str(ROOT), start_new_session=True)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("grading")
+@needs_sandbox
+def test_the_graded_class_gets_feedback_a_summary_and_a_report(graded_class):
+    out = graded_class["gradebook"].parent
+    assert graded_class["gradebook"].read_text().splitlines()[1:] == [
+        "alice,1,1,0,2,alice.ipynb: checked", "bob,0,,0,0,bob.ipynb: checked",
+        "carol,1,,0,1,carol.ipynb: checked"]
+    bob = (out / "feedback" / "bob.md").read_text()
+    assert "**Total: 0 of 2 points.**" in bob and "## ✗ `softmax`" in bob
+    assert "Not yet: Your softmax overflows on large inputs" in bob
+    assert 'exercises.hint("softmax")' in bob and "`def softmax(x, dim=-1):`" in bob
+    summary = graded_class["run"].summary
+    assert "3 learners: 3 handed in; none missing" in summary
+    assert "Your softmax overflows on large inputs" in summary         # a title, not an id
+    page = (out / "class.html").read_text()
+    assert page.count("<img ") == 2 and "alice, carol" in page        # the same softmax
 
 
 @pytest.mark.slow

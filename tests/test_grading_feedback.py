@@ -68,3 +68,24 @@ def test_summary_names_missing_late_and_broken_learners_with_mistake_titles():
     assert "did not run or not graded: eve (raised)" in text
     line = next(x for x in text.splitlines() if x.startswith("| softmax"))
     assert "1/4" in line and nyet.id not in line and nyet.message.split(". ")[0] in line
+
+
+def test_class_report_page_has_figures_with_alt_text_names_and_similar_pairs():
+    from course_lib.toolkit.grading import class_report
+
+    results = _class()
+    copied = SOFTMAX_SRC.replace("    e = x.exp()\n", "    # my own work\n    e = x.exp()\n\n")
+    results[0]["sources"] = {"softmax": copied}
+    results[2]["sources"] = {"softmax": "def softmax(x):\n    return (x - x.max()).exp()\n"}
+    page = class_report.class_report_html(results, POINTS, {"alice": "", "bob": "", "eve": "",
+                                                            "zoe": ""})
+    assert page.count('<img src="data:image/png;base64,') == 2
+    assert 'alt="Histogram of the 4 learners&#x27; totals out of 5: 3 at 0, 1 at 5."' in page
+    assert "softmax 25%" in page                                # the pass-rate figure's alt
+    assert "Missing: zoe" in page and "Late: bob (1.5 days)" in page
+    assert "eve: raised" in page and "<script>" not in page
+    nyet = get_exercise("softmax").mistakes[0].message.split(". ")[0]
+    assert f"<td>softmax</td><td>{__import__('html').escape(nyet)}.</td><td>1</td>" in page
+    pairs = class_report.similar_pairs(results)
+    assert pairs == [(1.0, "softmax", "alice", "bob")]        # comments and blank lines aside
+    assert "<td>1.000</td><td>softmax</td><td>alice, bob</td>" in page

@@ -139,7 +139,8 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
           scheduler: str | None = None, cluster: str | None = None,
           cluster_config: str | Path | None = None, security: Any = None,
           lms: str | None = None, times: str | Path | None = None,
-          times_zone: str | None = None, no_late: bool = False) -> GradeRun:
+          times_zone: str | None = None, no_late: bool = False,
+          class_report: str | Path | None = None) -> GradeRun:
     """Grade every notebook under ``paths``; write the gradebook ``out`` (``log``, ``feedback``,
     and ``out``'s metadata file with the seed).
 
@@ -162,6 +163,7 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     download names; ``times``: the LMS's record of submission times (``lms.read_times``; Moodle's
     local times in ``times_zone``), else the file times, with a warning when they look copied;
     ``no_late``: no late deduction at all. The summary says where the times came from.
+    ``class_report``: write the class's HTML report there (``class_report.py``).
     """
     from tqdm.auto import tqdm
 
@@ -303,6 +305,10 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     report.write_outputs(ordered, points, out, Path(log) if log else None, None, roster)
     if feedback:
         feedback_module.write_feedback(ordered, points, Path(feedback))
+    if class_report:
+        from .class_report import write_class_report
+
+        write_class_report(ordered, points, Path(class_report), roster)
     _write_metadata(out, seed, points, assignment, sandboxed)
     summary = feedback_module.summary_markdown(ordered, points, roster)
     if time_source:
