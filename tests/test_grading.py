@@ -493,10 +493,10 @@ def test_one_check_server_per_notebook_survives_a_stopped_worker(tmp_path):
     (folder / "right.py").write_text("import torch\n" + RIGHT_SOFTMAX)
     (folder / "loops.py").write_text("def softmax(x, dim=-1):\n    while True:\n        pass\n")
     (folder / "spy.py").write_text(
-        "import gc, importlib\n"
+        "import importlib, sys\n"       # (a gc walk is refused since issue 52)
         "def softmax(x, dim=-1):\n"
-        "    found = [type(o).__name__ for o in gc.get_objects()\n"
-        "             if type(o).__name__ in ('Exercise', 'Mistake', '_Seeded')]\n"
+        "    found = [m for m in sys.modules if m.endswith('.exercises')\n"
+        "             and m != 'course_lib.exercises']\n"
         "    try:\n"
         "        importlib.import_module('course_lib.chapters.ch03_softmax.exercises')\n"
         "        found.append('exercises module')\n"
