@@ -122,8 +122,7 @@ def class_report_html(results: Sequence[dict[str, Any]], points: dict[str, float
     for r in results:
         for v in r["verdicts"]:
             if v["verdict"] in ("failed", "error") and v["exercise"] in points:
-                mistakes[(v["exercise"], mistake_title(v["exercise"], v["mistake"],
-                                                       v["message"]))] += 1
+                mistakes[(v["exercise"], mistake_title(v["exercise"], v["mistake"]))] += 1
     parts.append("<h2>Most common mistakes</h2>")
     if mistakes:
         parts.append("<table><tr><th>exercise</th><th>mistake</th><th>learners</th></tr>"

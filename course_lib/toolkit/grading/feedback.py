@@ -54,14 +54,15 @@ def _exercise(exercise_id: str) -> Any:
         return None
 
 
-def mistake_title(exercise_id: str, mistake: str, message: str = "") -> str:
-    """A mistake in the course's words: the first sentence of the declared mistake's message
-    (else of the checker's ``message``; else the id made readable)."""
+def mistake_title(exercise_id: str, mistake: str) -> str:
+    """A mistake in the course's words: the first sentence of the declared mistake's message;
+    else the checker's kind of outcome made readable (``raised``, ``timeout``, ...); else, for
+    outputs that no declared mistake explains, "wrong values"."""
     ex = _exercise(exercise_id)
     text = ""
     if ex is not None:
         text = next((m.message for m in ex.mistakes if m.id == mistake), "")
-    text = text or message or mistake.replace("_", " ")
+    text = text or mistake.replace("_", " ") or "wrong values"
     first = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
     return first if len(first) <= 120 else first[:117] + "..."
 
@@ -116,7 +117,7 @@ def feedback_markdown(learner: str, results: Sequence[dict[str, Any]],
         icon = {"passed": "✓", "not_attempted": "○"}.get(v["verdict"], "✗")
         head = f"## {icon} `{e}` ({escape(title)}): {word}"
         if v["verdict"] in ("failed", "error"):
-            head += f": {escape(mistake_title(e, v['mistake'], v['message']))}"
+            head += f": {escape(mistake_title(e, v['mistake']))}"
         parts.append(head + "\n")
         where = first_line(v.get("source", ""), ex.function_name if ex is not None else e)
         if where:
@@ -150,8 +151,7 @@ def summary_markdown(results: Sequence[dict[str, Any]], points: dict[str, float]
     for r in results:
         for v in r["verdicts"]:
             if v["verdict"] in ("failed", "error") and v["exercise"] in mistakes:
-                mistakes[v["exercise"]][mistake_title(v["exercise"], v["mistake"],
-                                                      v["message"])] += 1
+                mistakes[v["exercise"]][mistake_title(v["exercise"], v["mistake"])] += 1
     learners = sorted(set(rows) | set(roster or ()))
     n = len(learners)
     table = []
