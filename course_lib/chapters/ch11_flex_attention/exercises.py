@@ -8,16 +8,83 @@ are dense re-implementations of what a wrong mod computes (fast to evaluate).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-from course_lib.attention import reference
+from course_lib.attention import masks, reference
 from course_lib.attention.softmax import safe_softmax
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._spec import CallExtension
 
-from .helpers import document_ids, document_mask, eager_flex_without_dynamo
+# Not ``.helpers``: importing it switches eager flex to its debugging path and adds a warnings
+# filter, for the chapter's notebook. The first check imports every chapter's exercises, which
+# must leave the learner's session as it was (issue 51); the two helpers needed are one line each.
+
+
+def document_ids(lengths: torch.Tensor) -> torch.Tensor:
+    """``(S,)`` document of every token (as ``helpers.document_ids``)."""
+    return torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+
+
+def document_mask(document_id: torch.Tensor) -> torch.Tensor:
+    """``(S, S)`` same document and causal (as ``helpers.document_mask``)."""
+    same = document_id[:, None] == document_id[None, :]
+    return same & masks.causal_mask(document_id.shape[0])
+
+
+_FLEX_WARNING = "flex_attention called without torch.compile"
+
+
+@contextlib.contextmanager
+def _eager_flex() -> Iterator[None]:
+    """Eager flex on its dynamo-free path (torch's switch for debugging mods, exact in the
+    forward pass; ``helpers.eager_flex_without_dynamo``) and its warning about materialised
+    scores silenced, for the duration only: the flag, the warnings filters and the environment
+    (flex's first call sets ``TORCHINDUCTOR_CACHE_DIR``) are put back as they were."""
+    import torch.nn.attention.flex_attention as fa
+
+    flag = fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG
+    filters = list(warnings.filters)
+    environ = dict(os.environ)
+    fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    warnings.filterwarnings("ignore", message=_FLEX_WARNING, category=UserWarning)
+    try:
+        yield
+    finally:
+        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = flag
+        warnings.filters[:] = filters
+        if hasattr(warnings, "_filters_mutated"):
+            warnings._filters_mutated()
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        for key, value in environ.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+class _EagerFlexCalls(CallExtension):
+    """Each call of the learner's function runs with eager flex on its fast path: entered in
+    the check's worker, a process of its own that ends with the check (or in the course's own
+    tests, which watch in-process), so it is not put back."""
+
+    @contextlib.contextmanager
+    def around_call(self) -> Iterator[Callable[[Any], tuple[str, str] | None]]:
+        import torch.nn.attention.flex_attention as fa
+
+        fa._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+        warnings.filterwarnings("ignore", message=_FLEX_WARNING, category=UserWarning)
+        yield _no_verdict
+
+
+def _no_verdict(value: Any) -> None:
+    return None
 
 CHAPTER = "11_flex_attention"
 #: float32 attention through two kernels: exp amplifies rounding (as chapter 6's exercise)
@@ -28,16 +95,17 @@ TOLERANCES = {torch.float32: (1e-4, 1e-3)}
 def _warm_flex() -> None:
     """Run eager flex once in this process (imports, first call: seconds), before a check forks
     its worker: the worker's time limit then measures the learner's code, not torch's warm-up.
-    Called by the case generators, which run in the learner's process; it also switches eager
-    flex to its dynamo-free path (:func:`.helpers.eager_flex_without_dynamo`, which importing
-    this module already did), so that each case runs in milliseconds."""
+    Called by the case generators, which run in the learner's process: on the dynamo-free path
+    (:func:`_eager_flex`, as each call in the worker), with the session's flag, warnings filters
+    and environment put back afterwards. The warm-up's caches (imports, first kernels) stay,
+    which is the point."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    eager_flex_without_dynamo()
-    x = torch.zeros(1, 1, 8, 4)
-    mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, 8, 8,
-                             device="cpu")
-    flex_attention(x, x, x, score_mod=lambda s, b, h, q_idx, kv_idx: s, block_mask=mask)
+    with _eager_flex():
+        x = torch.zeros(1, 1, 8, 4)
+        mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, 8, 8,
+                                 device="cpu")
+        flex_attention(x, x, x, score_mod=lambda s, b, h, q_idx, kv_idx: s, block_mask=mask)
 
 
 # --------------------------------------------------------------------------- document_attention
@@ -148,6 +216,7 @@ _DOC_EXCLUDES_SELF = (
 DOCUMENT_ATTENTION = Exercise(
     id="document_attention",
     chapter=CHAPTER,
+    extension=_EagerFlexCalls(),
     title="Packed documents: a document mask_mod",
     signature="document_attention(q, k, v (B, H, L, E), lengths (D,) int summing to L) "
               "-> (B, H, L, E)",
@@ -276,6 +345,7 @@ def _no_cap(q, k, v, cap):
 SOFTCAP_ATTENTION = Exercise(
     id="softcap_attention",
     chapter=CHAPTER,
+    extension=_EagerFlexCalls(),
     title="Gemma 2 soft-capping: a score_mod",
     signature="softcap_attention(q, k, v (B, H, L, E), cap float) -> (B, H, L, E)",
     params=("q", "k", "v", "cap"),
