@@ -116,3 +116,66 @@ def test_canvas_import_fills_the_assignment_column_of_canvas_export(tmp_path):
     assert text == (docs / "canvas_import.csv").read_text()
     with pytest.raises(ValueError, match="0 columns match"):
         lms.canvas_import(export, docs / "moodle_import.csv", "Week 9")
+
+
+def _moodle_importer_accepts(path: str, participants: set[str]) -> tuple[str, str] | None:
+    """Moodle's assignfeedback_file_zip_importer::is_valid_filename_for_import (Moodle 4.x,
+    mod/assign/feedback/file/importziplib.php), ported: ``(participant id, file name)`` or
+    ``None``. Each path part is split on ``_`` into at most 5; a part whose second field is a
+    known numeric participant and whose third and fourth name a plugin starts the file name."""
+    if path.rsplit("/", 1)[-1].startswith((".", "~")):
+        return None
+    parts = path.split("/")
+    while parts:
+        info = parts.pop(0).split("_", 4)
+        if len(info) < 4 or not info[1].isdigit() or info[1] not in participants:
+            continue
+        if (info[2], info[3]) not in {("assignsubmission", "file"),
+                                      ("assignfeedback", "file")}:
+            continue
+        return info[1], "/".join(([info[4]] if len(info) == 5 else [""]) + parts)
+    return None
+
+
+def test_moodle_feedback_zip_is_what_moodles_importer_reads(tmp_path):
+    import zipfile
+
+    # The published test's own cases of the importer, through the port, first.
+    assert _moodle_importer_accepts("Student Name_5_assignsubmission_file_My_cool_filename.txt",
+                                    {"5"}) == ("5", "My_cool_filename.txt")
+    nested = "some_path_here/Student Name_5_assignsubmission_file_/some_path/My File.txt"
+    assert _moodle_importer_accepts(nested, {"5"}) == ("5", "/some_path/My File.txt")
+    assert _moodle_importer_accepts("Student Name_StringID_assignsubmission_file_x.txt",
+                                    {"5"}) is None
+    folders = {"12345": "Ada Lovelace_12345_assignsubmission_file_",
+               "12346": "Alan Turing_12346_assignsubmission_file_"}
+    left = lms.moodle_feedback_zip({"12345": "# Ada", "12346": "# Alan", "x": "# ?"}, folders,
+                                   tmp_path / "feedback.zip")
+    assert left == ["x"]
+    with zipfile.ZipFile(tmp_path / "feedback.zip") as z:
+        names = z.namelist()
+        assert z.read(names[0]) == b"# Ada"
+    assert [_moodle_importer_accepts(n, {"12345", "12346"}) for n in names] == [
+        ("12345", "/feedback.md"), ("12346", "/feedback.md")]
+
+
+@pytest.mark.slow
+def test_grade_with_moodle_folders_writes_the_bulk_feedback_zip(tmp_path):
+    import json
+    import zipfile
+
+    from course_lib.toolkit import grading, workbook
+
+    nb = workbook.learner_copy(json.loads((ROOT / "book" / "03_softmax.ipynb").read_text()),
+                               "03_softmax")
+    folder = tmp_path / "Ada Lovelace_12345_assignsubmission_file_"
+    folder.mkdir()
+    (folder / "03_softmax.ipynb").write_text(json.dumps(nb))
+    grading.grade([folder], tmp_path / "g.csv", feedback=tmp_path / "fb", jobs=1, seed=1,
+                  progress=False, sandboxed=False, run="functions", lms="moodle")
+    assert (tmp_path / "g.csv").read_text().splitlines()[1].startswith("12345,")
+    with zipfile.ZipFile(tmp_path / "fb" / "moodle_feedback.zip") as z:
+        assert z.namelist() == [f"{folder.name}/feedback.md"]
+        assert z.read(z.namelist()[0]).decode() == (tmp_path / "fb" / "12345.md").read_text()
+    assert _moodle_importer_accepts(f"{folder.name}/feedback.md", {"12345"}) == \
+        ("12345", "/feedback.md")

@@ -180,7 +180,10 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     if isinstance(assignment, (str, Path)):
         assignment = assignment_module.load(assignment, chapter_of_exercise)
     submissions = discover(list(paths))
+    folders: dict[str, str] = {}     # learner id -> the LMS's folder name it came from
     if lms is not None:      # the LMS's download names -> its learner ids (lms.py)
+        for sub in submissions:
+            folders.setdefault(lms_learner(sub.learner, lms) or sub.learner, sub.learner)
         submissions = [dataclasses.replace(sub, learner=lms_learner(sub.learner, lms)
                                            or sub.learner) for sub in submissions]
     record = lms_module.read_times(times, _zone(times_zone)) if times is not None else None
@@ -305,6 +308,12 @@ def grade(paths: Sequence[str | Path], out: str | Path, *, log: str | Path | Non
     report.write_outputs(ordered, points, out, Path(log) if log else None, None, roster)
     if feedback:
         feedback_module.write_feedback(ordered, points, Path(feedback))
+        if lms == "moodle":       # Moodle's bulk upload of feedback files
+            texts = {r["learner"]: feedback_module.feedback_markdown(
+                r["learner"], [x for x in ordered if x["learner"] == r["learner"]], points)
+                for r in ordered}
+            lms_module.moodle_feedback_zip(texts, folders,
+                                           Path(feedback) / "moodle_feedback.zip")
     if class_report:
         from .class_report import write_class_report
 

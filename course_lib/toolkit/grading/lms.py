@@ -148,3 +148,26 @@ def canvas_import(export: str | Path, gradebook: str | Path, column: str,
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(rows)
     return out.getvalue()
+
+
+def moodle_feedback_zip(feedback: dict[str, str], folders: dict[str, str], out: str | Path
+                        ) -> list[str]:
+    """Moodle's bulk feedback upload (*View all submissions → Upload multiple feedback files in
+    a zip*): each learner's feedback as ``feedback.md`` in their download folder
+    (``Full Name_12345_assignsubmission_file_/feedback.md``, the layout Moodle's
+    ``assignfeedback_file_zip_importer`` reads back: full name, participant id, plugin type and
+    name, then the file). ``feedback``: ``{learner id: Markdown}``; ``folders``: ``{learner id:
+    the Moodle folder it came from}``. Returns the learners left out (no Moodle folder)."""
+    import zipfile
+
+    left = sorted(x for x in feedback if x not in folders)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for learner in sorted(x for x in feedback if x in folders):
+            folder = folders[learner].rstrip("/")
+            if not MOODLE_FOLDER.match(folder):
+                left.append(learner)
+                continue
+            info = zipfile.ZipInfo(f"{folder}/feedback.md", date_time=(2026, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, feedback[learner])
+    return sorted(left)
