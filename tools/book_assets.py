@@ -4,7 +4,8 @@ Used two ways:
 
 * as a Sphinx extension (``_config.yml`` -> ``sphinx.local_extensions: {book_assets: tools/}``):
 
-  - ``config-inited``: copies MathJax 3 (``node_modules/mathjax/es5``, installed by ``npm ci``
+  - ``config-inited``: takes math out of the keyboard's Tab order (:func:`keyboard_mathjax`);
+    copies MathJax 3 (``node_modules/mathjax/es5``, installed by ``npm ci``
     from ``package-lock.json``) into ``_build/book_assets/mathjax``; ``html_extra_path`` puts it at
     ``_build/html/mathjax/`` and ``mathjax_path`` points there;
   - ``html-page-context``: removes the Font Awesome 4 ``<link>`` that matplotlib's
@@ -95,9 +96,24 @@ def remote_loads(html: str) -> list[str]:
 # --------------------------------------------------------------------------- Sphinx extension
 
 
+def keyboard_mathjax(mathjax3_config: dict | None) -> dict:
+    """``mathjax3_config`` with math out of the Tab order: MathJax 3 makes every formula a Tab
+    stop (its menu's ``inTabOrder`` defaults to true), so a keyboard user pressed Tab 138 times to
+    reach chapter 13's first slider. The formulas stay readable by screen readers (their
+    assistive MathML) and reachable through the MathJax menu (right click)."""
+    out = dict(mathjax3_config or {})
+    options = dict(out.get("options", {}))
+    menu = dict(options.get("menuOptions", {}))
+    menu["settings"] = {**menu.get("settings", {}), "inTabOrder": False}
+    options["menuOptions"] = menu
+    out["options"] = options
+    return out
+
+
 def _config_inited(app, config) -> None:
     from sphinx.util import logging
 
+    config.mathjax3_config = keyboard_mathjax(config.mathjax3_config)
     try:
         vendor_mathjax()
     except FileNotFoundError as exc:
