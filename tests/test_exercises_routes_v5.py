@@ -180,3 +180,45 @@ def test_functional_mha_is_refused_too():
             k_proj_weight=w_qkv[:, D:2 * D].T, v_proj_weight=w_qkv[:, 2 * D:].T,
             need_weights=False)[0].transpose(0, 1)
     assert _check("multi_head_attention", mha_functional).mistake == "forbidden_call"
+
+
+# ----------------------------------------------------------------- online softmax (ch. 8)
+
+
+def stats_two_passes(blocks):
+    """list(blocks), then the max and the sum in two passes: no online rescaling at all."""
+    blocks = list(blocks)
+    m = max(b.max() for b in blocks)
+    return m, sum(torch.exp(b - m).sum() for b in blocks)
+
+
+def stats_by_cat(blocks):
+    x = torch.cat(list(blocks))
+    m = x.max()
+    return m, torch.exp(x - m).sum()
+
+
+def stats_one_pass(blocks):
+    """The algorithm, written another way: a running max and a rescaled sum."""
+    m, ell = torch.tensor(float("-inf")), torch.tensor(0.0)
+    for block in blocks:
+        new = torch.maximum(m, block.max())
+        if torch.isneginf(new):
+            continue
+        ell = ell * torch.exp(m - new) + torch.exp(block - new).sum()
+        m = new
+    return m, ell
+
+
+@pytest.mark.parametrize("fn", [stats_two_passes, stats_by_cat])
+def test_online_softmax_stats_that_keeps_the_stream_is_refused(fn):
+    r = _check("online_softmax_stats", fn)
+    assert r.mistake == "stream_held", r.message
+    assert "keeps one at a time" in r.message
+
+
+def test_online_softmax_stats_in_one_pass_passes_in_the_worker_too():
+    ex = registry()["online_softmax_stats"]
+    assert _check("online_softmax_stats", stats_one_pass).passed
+    assert run_check(ex, stats_two_passes, seed=1, isolate=True).mistake == "stream_held"
+    assert run_check(ex, ex.solution, seed=1, isolate=True, refuse_course=False).passed

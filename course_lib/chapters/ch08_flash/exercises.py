@@ -3,14 +3,46 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake, OnceIterator
+from course_lib.toolkit.checking._spec import HELD_BLOCKS, CallExtension
 
 # --------------------------------------------------------------------------- online softmax
+
+
+#: A block of the stream may still be referenced while the next is read (a loop's variable),
+#: not two blocks later.
+HOLD = 2
+
+
+class _OnePass(CallExtension):
+    """``online_softmax_stats`` reads its stream once and holds one block at a time: a call that
+    kept earlier blocks (``list(blocks)``, ``torch.cat``, a list of blocks, two passes) is
+    refused, whatever it returns, with the rule (the statement says it)."""
+
+    @contextlib.contextmanager
+    def around_call(self) -> Iterator[Any]:
+        HELD_BLOCKS.clear()
+        yield self.judge
+
+    @staticmethod
+    def judge(value: Any) -> tuple[str, str] | None:
+        if not HELD_BLOCKS:
+            return None
+        read, held = HELD_BLOCKS[0]
+        return "stream_held", (
+            f"Your function still held block {held} of the stream when it read block {read}: "
+            "this exercise reads its blocks once and keeps one at a time, as a kernel that "
+            "never has the whole row in memory (list(blocks), torch.cat of the blocks, a list "
+            "of them or two passes all keep them). Update m and ℓ block by block, and let each "
+            "block go")
 
 
 def _stats_cases(gen: torch.Generator) -> list[Case]:
@@ -23,15 +55,15 @@ def _stats_cases(gen: torch.Generator) -> list[Case]:
     with_inf[2][2] = float("-inf")
     with_inf[1][0] = float("-inf")
     return [
-        Case("rising maxima", (OnceIterator(rising),)),
-        Case("max in the first block", (OnceIterator(falling),)),
-        Case("one block", (OnceIterator([r(7, torch.float64)]),)),
+        Case("rising maxima", (OnceIterator(rising, HOLD),)),
+        Case("max in the first block", (OnceIterator(falling, HOLD),)),
+        Case("one block", (OnceIterator([r(7, torch.float64)], HOLD),)),
         Case("float64, many blocks", (OnceIterator([r(n, torch.float64) for n in
-                                                    (1, 5, 2, 8, 3)]),)),
+                                                    (1, 5, 2, 8, 3)], HOLD),)),
         Case("large magnitudes", (OnceIterator([r(5, s=300.0), r(5, s=300.0) + 500.0,
-                                                r(3, s=300.0)]),),
+                                                r(3, s=300.0)], HOLD),),
              note="entries in the hundreds: exp must never see them unshifted"),
-        Case("-inf entries", (OnceIterator(with_inf),),
+        Case("-inf entries", (OnceIterator(with_inf, HOLD),),
              note="the first block is all -inf, and two more entries are -inf"),
     ]
 
@@ -146,6 +178,7 @@ ONLINE_SOFTMAX_STATS = Exercise(
     signature="online_softmax_stats(blocks: iterator of 1-D tensors) -> (m, l)",
     params=("blocks",),
     output_names=("m", "l"),
+    extension=_OnePass(),
     cases=_stats_cases,
     oracle=_stats_oracle_iter,
     solution=online_softmax_stats,

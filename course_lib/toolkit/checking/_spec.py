@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import textwrap
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -145,10 +146,22 @@ FORBIDDEN_GROUPS["mha"]["label"] = (
 
 
 class OnceIterator:
-    """A case argument that reaches the learner as a fresh one-pass iterator over ``items``."""
+    """A case argument that reaches the learner as a fresh one-pass iterator over ``items``.
 
-    def __init__(self, items: Sequence[Any]) -> None:
+    ``hold``: a *stream* the learner may not keep: when block ``i`` is handed out, blocks
+    ``0 .. i - hold`` must be gone (no reference left: ``list(blocks)``, ``torch.cat`` of them,
+    a list of blocks all keep them). A block kept is noted in :data:`HELD_BLOCKS`, which the
+    exercise's extension turns into its verdict (in a watched call). Its blocks are copied one at
+    a time as they are handed out, and not watched for changes in place."""
+
+    def __init__(self, items: Sequence[Any], hold: int | None = None) -> None:
         self.items = list(items)
+        self.hold = hold
+
+
+#: ``(block handed out, earliest block still held)`` for every stream block a learner kept, in
+#: this process (see :class:`OnceIterator`); an extension clears it before each call.
+HELD_BLOCKS: list[tuple[int, int]] = []
 
 
 @dataclass
@@ -317,6 +330,8 @@ def _fresh(a: Any, name: str, watch: list[tuple[str, torch.Tensor, torch.Tensor]
         watch.append((name, c, a))
         return c
     if isinstance(a, OnceIterator):
+        if a.hold is not None:
+            return _stream(a.items, a.hold)
         clones = [_fresh(x, f"{name}[{j}]", watch) for j, x in enumerate(a.items)]
         return _once(clones)
     if isinstance(a, (list, tuple)):
@@ -326,3 +341,17 @@ def _fresh(a: Any, name: str, watch: list[tuple[str, torch.Tensor, torch.Tensor]
 
 def _once(items: list[Any]) -> Iterator[Any]:
     yield from items
+
+
+def _stream(items: list[Any], hold: int) -> Iterator[Any]:
+    """Fresh copies of ``items``, one at a time; a block still referenced ``hold`` blocks later
+    is noted in :data:`HELD_BLOCKS` (the reader kept it)."""
+    refs: list[weakref.ref[Any]] = []
+    for i, item in enumerate(items):
+        kept = [j for j, r in enumerate(refs[:max(i - hold + 1, 0)]) if r() is not None]
+        if kept:
+            HELD_BLOCKS.append((i, kept[0]))
+        block = item.clone() if isinstance(item, torch.Tensor) else item
+        refs.append(weakref.ref(block) if isinstance(block, torch.Tensor) else (lambda: None))
+        yield block
+        del block
