@@ -577,6 +577,7 @@ MLA_ABSORBED_STEP = Exercise(
     solution=mla_absorbed_step,
     tolerances={torch.float32: (1e-5, 1e-4)},
     output_names=("out", "c_cache", "k_rope_cache"),
+    allowed_course_calls=("course_lib.attention.masks.causal_mask",),
     hints=(
         "The cache holds latents c (B, S, r) and rotated rope keys (B, S, R). Rotate q_rope and "
         "k_rope_new by positions P..P+L-1 (rows P:P+L of cos, sin; the nope parts and the "
