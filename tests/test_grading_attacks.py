@@ -1,14 +1,36 @@
-"""The attacks of issue 40 against the grader, each as a small chapter-3 notebook of its own.
+"""The attacks of issues 40 and 52 against the grader, each as a small chapter-3 notebook.
 
-One class of learners is graded once (the module's fixture, in the sandbox: bubblewrap) with an
-assignment (softmax 2 points, self_attention 3): honest learners and controls, and one learner
-per attack. Each attacking notebook also defines a softmax, right or wrong, so its row shows what
-was graded. The tests then look at that one gradebook, attempt log and feedback, and at what is
-outside them: the instructor's files, a classmate's notebook, the processes left, a listening
-socket, the secrets of the grader's environment. An attack that finds what it looks for says so
-where the grader can see it: its function raises with what it found (the attempt log) or a probe
-cell raises (the row's notes name the cells that raised); every probe cell is written to raise
-only then.
+One class of learners is graded once per test process (a session fixture; every test in the
+xdist group ``grading_attacks``, see :data:`GROUP`) in the sandbox (bubblewrap), with an
+assignment (softmax 2 points, self_attention 3). The tests then look at that one gradebook,
+attempt log and feedback, and at what is outside them: the instructor's files, a classmate's
+notebook, the processes left, a listening socket, the secrets of the grader's environment. An
+attack that finds what it looks for says so where the grader can see it: its function raises
+with what it found (the attempt log) or a probe cell raises (the row's notes name the cells that
+raised); every probe cell is written to raise only then.
+
+The notebooks, and why each is needed (each attack also defines a softmax, right or wrong, so
+its row shows what was graded; a notebook byte-identical to another is run once, so the copies
+cost nothing):
+
+* ``alice`` (right), ``bob`` (unstable): honest rows keep their grades; ``ctl_time``: a right
+  softmax in a ``%%time`` cell through the whole sandboxed run;
+* ``patcher``, ``stackwalker``, ``solsource``, ``seedhunt``: the checker's call path replaced,
+  the stack and gc walked for cases, oracle or solution, the solution's source, the seed;
+* ``forger``, ``swapper`` (issue 52): reports forged on the worker's pipe then ``os._exit(0)``;
+  the worker's functions given the learner's code (``__code__``);
+* ``reader``, ``linker`` (+ a 1100-deep folder chain, issue 52), ``fifomaker``, ``daemon``,
+  ``signals``, ``network``, ``secrets`` (+ ``/etc/passwd``): a classmate's notebook, links and
+  FIFOs outside, a surviving process, signals, the network, the grader's secrets;
+* ``flood``, ``memtree``, ``procs``, ``disk``, ``bigmsg``: each limit of the sandbox;
+* ``'=cmd``, ``x;=SUM(1;41)``: formula injection from a name and a message, in any locale;
+* ``mallory`` (metadata naming "dave"; the chapter written as ``03_softmax.ipynb``, no check
+  cell), ``vic_right`` and `` vic_right``, ``zo\u00e9`` and ``zoe\u0301`` (issue 52: names that
+  meet never merge), ``caf\xe9`` (not UTF-8): identity from the instructor's side only;
+* ``twin_a``/``twin_b`` (byte-identical), ``near_a``/``near_b`` (differ in a markdown cell):
+  nothing a function reads of its sandbox differs between two jobs;
+* ``linky``, ``multi``, ``empty``, ``fifo``: a symbolic link, another chapter, not a notebook,
+  not a file (none of them runs).
 """
 
 from __future__ import annotations
@@ -49,7 +71,11 @@ REASON = sandbox.unavailable_reason()
 if REASON is not None and os.environ.get("CI") != "true":
     pytest.skip(f"the grading sandbox cannot run here: {REASON}", allow_module_level=True)
 
-GROUP = pytest.mark.xdist_group("grading")
+#: Every test of the class in one xdist group of its own, and the class a session fixture: graded
+#: once per process. Caution (measured, issue 50): with pytest 9.2 and pytest-xdist 3.8 the group
+#: is not applied (xdist marks a group by rewriting ``item._nodeid``, which pytest 9 no longer
+#: reads), so ``-n 2 --dist loadgroup`` still builds the class on both workers, in parallel.
+GROUP = pytest.mark.xdist_group("grading_attacks")
 
 # --------------------------------------------------------------------------- notebooks
 
@@ -112,6 +138,83 @@ def _probe(body: str) -> str:
     return ("found = []\ntry:\n" + _indent(body, 4)
             + "except BaseException as _e:\n    print('probe:', type(_e).__name__)\n"
             + "if found:\n    raise RuntimeError(f'FOUND {found!r:.300}')\n")
+
+
+#: A cell that leaves a chain of 1100 folders in the kernel's scratch folder and in /tmp: deeper
+#: than Python's recursion limit for a recursive walk or removal (issue 52: it stopped the
+#: limit watcher and then the whole class at cleanup).
+DEEP_CHAIN = """import os
+for base in ('.', '/tmp'):
+    here = os.open(base, os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir('d', dir_fd=here)
+        there = os.open('d', os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = there
+    os.close(here)
+"""
+
+#: Issue 52, route 1, as the red team wrote it (frames to the worker's pipe), widened to every
+#: descriptor in case the frames are refused.
+FORGER = """import io
+import os
+import struct
+import sys
+
+import torch
+
+
+def _report(value, x):
+    msg = {'kind': 'case', 'error_type': '', 'traceback': '', 'placeholder': False,
+           'memory': False, 'forbidden': None, 'course_call': None, 'tamper': None,
+           'policy': None, 'extension': None, 'square': None, 'left_torch': False,
+           'printed': '', 'inputs': [x.clone()], 'value': value}
+    buf = io.BytesIO()
+    torch.save(msg, buf)
+    return struct.pack('<Q', len(buf.getvalue())) + buf.getvalue()
+
+
+def softmax(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    e = (x - m).exp()
+    data = _report(e / e.sum(dim=dim, keepdim=True), x)
+    fds = list(range(3, 256))
+    try:
+        f = sys._getframe()
+        while f is not None:
+            fds = [v for v in f.f_locals.values() if isinstance(v, int)] + fds
+            f = f.f_back
+    except BaseException:
+        pass
+    for fd in fds:
+        try:
+            for _ in range(20):
+                os.write(fd, data)
+        except BaseException:
+            pass
+    try:
+        os._exit(0)
+    except BaseException:
+        pass
+    return torch.zeros_like(x)
+"""
+
+#: Issue 52, route 2: the helper a graded module runs at definition time.
+SWAPPER = """import torch
+from course_lib.toolkit.checking import _isolation, _policy, _sandbox
+
+
+def _free(*args, **kwargs):
+    return 0
+
+
+def _swap():
+    for target in (_policy.refuse_kernels, _isolation.run_call, _sandbox.run_call):
+        try:
+            target.__code__ = _free.__code__.replace(co_filename=_sandbox.__file__)
+        except BaseException:
+            pass
+"""
 
 
 def _attacks(paths: dict[str, Any]) -> dict[str, tuple[dict, list[int]]]:
@@ -388,7 +491,7 @@ def softmax(x, dim=-1):
     if _DONE[0]:
         raise RuntimeError(f'WROTE_OUTSIDE {_DONE[0]!r}')
 """ + _indent(RIGHT_BODY, 4)}, [_probe("import contextlib\n" + vandalise
-                                        + "found += _vandalise()\n")])
+                                        + "found += _vandalise()\n"), DEEP_CHAIN])
 
     # 9. FIFOs at the paths of the grader's jobs and outputs.
     fifos = """import glob
@@ -476,7 +579,9 @@ def _leak():
 
 def softmax(x, dim=-1):
     raise RuntimeError(f'LEAK {_leak()!r}')
-"""}, [leak + "print(_leak())\n", _probe(leak + "found += _leak()\n")])
+"""}, [leak + "print(_leak())\n", _probe(leak + "found += _leak()\n"),
+          _probe("found += [line for line in open('/etc/passwd').read().splitlines()\n"
+                 "          if line.split(':')[0] not in ('root', 'nobody')]\n")])
 
     # 15. The network: a socket to a port the test listens on.
     port = paths["port"]
@@ -594,13 +699,42 @@ def softmax(x, dim=-1):
         ["raise RuntimeError('C' * (8 << 20))\n"])
 
     # Identity from the file name only: metadata naming another learner.
+    # Also (issue 52): the workbook's chapter as some workbooks write it ("03_softmax.ipynb"),
+    # and no check cell left to name the chapter: it is still graded.
     nb = _notebook({"softmax": RIGHT_SOFTMAX})
     nb["metadata"].setdefault("course_lib", {})["learner"] = "dave"
+    nb["metadata"]["course_lib"]["workbook"]["chapter"] = f"{CHAPTER}.ipynb"
+    nb["cells"] = [c for c in nb["cells"] if "check(" not in _source(c)]
     made["mallory"] = (nb, [])
 
-    # Feedback names that differ by a trailing underscore.
+    # Names that meet after normalisation never merge (issue 52): " vic_right" (a leading
+    # space) is its own learner, not vic_right (byte-identical: graded once); "zo\u00e9" and
+    # "zoe\u0301" (NFC and NFD of one name) are both refused, naming each other.
     add("vic_right", {"softmax": RIGHT_SOFTMAX})
-    add("vic_right_", {"softmax": NO_SHIFT_SOFTMAX})
+    made[" vic_right"] = made["vic_right"]
+    made["zo\u00e9"] = made["vic_right"]
+    made["zoe\u0301"] = made["vic_right"]
+    # A learner id that is a formula in a ";" locale (byte-identical to vic_right's notebook).
+    made["x;=SUM(1;41)"] = made["vic_right"]
+
+    # 24. Forged verdicts (issue 52, route 1): walk the frames to the worker's pipe, write one
+    #     "clean" report per case with os.write (every descriptor), leave with os._exit(0).
+    #     Its own return value is wrong (zeros): only a forged report could pass it.
+    add("forger", {"softmax": FORGER})
+
+    # 25. Code swapped inside the worker (issue 52, route 2): a helper run at definition time
+    #     (a default argument) gives the worker's run_call and refuse_kernels its own code,
+    #     relabelled as the checker's file, then torch.softmax and F.sdpa answer.
+    add("swapper", {"softmax": SWAPPER + """
+
+def softmax(x, dim=-1, _swapped=_swap()):
+    return torch.softmax(x, dim=dim)
+""", "self_attention": SWAPPER + """
+
+def self_attention(x, w_q, w_k, w_v, _swapped=_swap()):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+"""})
 
     # A non-UTF-8 file name (graded like any other).
     made[b"caf\xe9"] = (_notebook({"softmax": RIGHT_SOFTMAX}), [])
@@ -662,13 +796,9 @@ def self_attention(x, w_q, w_k, w_v):
         nb["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": name})
         made[name] = (nb, [])
 
-    # Honest controls: a right softmax in a %%time cell, an if, a try, a with.
+    # An honest control: a right softmax in a %%time cell, through the whole sandboxed run
+    # (the extraction of definitions under if/try/with is unit-tested in tests/test_grading.py).
     add("ctl_time", {"softmax": "%%time\n" + RIGHT_SOFTMAX})
-    add("ctl_if", {"softmax": "if True:\n" + _indent(RIGHT_SOFTMAX, 4)})
-    add("ctl_try", {"softmax": "try:\n" + _indent(RIGHT_SOFTMAX, 4)
-                               + "except Exception:\n    pass\n"})
-    add("ctl_with", {"softmax": "import contextlib\n\nwith contextlib.nullcontext():\n"
-                                + _indent(RIGHT_SOFTMAX, 4)})
     add("bob", {"softmax": NO_SHIFT_SOFTMAX})
     return made
 
@@ -741,7 +871,7 @@ def _hang_guard(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def klass() -> dict[str, Any]:
     """The class, graded once: what it was given, what came out, what was there before."""
     if REASON is not None:       # CI installs bubblewrap: there a missing sandbox is a failure
@@ -825,9 +955,7 @@ def klass() -> dict[str, Any]:
            "token": token, "secret": secret, "marker": marker, "survivors": survivors,
            "accepted": accepted, "usr1": usr1, "submitted": submitted, "settings": settings,
            "seconds": seconds, "gtmp": gtmp}
-    import shutil
-
-    shutil.rmtree(base, ignore_errors=True)
+    sandbox.remove_tree(base)
 
 
 # --------------------------------------------------------------------------- the gradebook
@@ -841,9 +969,10 @@ def test_gradebook_has_one_row_per_learner_and_the_assignments_columns(klass):
     assert header == "learner,softmax,self_attention,late_days,total,notes"
     want = {"alice", "bob", "patcher", "stackwalker", "solsource", "seedhunt", "reader",
             "linker", "fifomaker", "daemon", "'=cmd", "secrets", "network", "signals", "flood",
-            "memtree", "procs", "disk", "bigmsg", "mallory", "vic_right", "vic_right_",
-            "caf\ufffd", "twin_a", "twin_b", "near_a", "near_b", "ctl_time", "ctl_if",
-            "ctl_try", "ctl_with", "linky", "multi", "empty", "fifo"}
+            "memtree", "procs", "disk", "bigmsg", "mallory", "vic_right", " vic_right",
+            "zo\u00e9", "x;'=SUM(1;41)", "forger", "swapper",
+            "caf\ufffd", "twin_a", "twin_b", "near_a", "near_b", "ctl_time",
+            "linky", "multi", "empty", "fifo"}
     assert set(rows) == want, (set(rows) ^ want)
     assert klass["run"].points == {"softmax": 2.0, "self_attention": 3.0}
     for learner, row in rows.items():
@@ -856,13 +985,14 @@ def test_gradebook_has_one_row_per_learner_and_the_assignments_columns(klass):
 #: learner -> (softmax, self_attention) as the gradebook must show them.
 EXPECTED = {
     "alice": ("2", "3"), "bob": ("0", ""),
-    "ctl_time": ("2", ""), "ctl_if": ("2", ""), "ctl_try": ("2", ""), "ctl_with": ("2", ""),
+    "ctl_time": ("2", ""), "forger": ("0", ""), "swapper": ("0", "0"),
     "patcher": ("0", ""), "stackwalker": ("0", ""), "solsource": ("0", ""),
     "seedhunt": ("2", ""), "reader": ("0", ""), "linker": ("2", ""), "fifomaker": ("2", ""),
     "daemon": ("2", ""), "'=cmd": ("0", ""), "secrets": ("0", ""), "network": ("0", ""),
     "signals": ("2", ""), "flood": ("2", ""), "memtree": ("2", ""), "procs": ("2", ""),
     "disk": ("2", ""), "bigmsg": ("0", ""), "mallory": ("2", ""), "vic_right": ("2", ""),
-    "vic_right_": ("0", ""), "caf\ufffd": ("2", ""),
+    " vic_right": ("2", ""), "zo\u00e9": ("", ""), "x;'=SUM(1;41)": ("2", ""),
+    "caf\ufffd": ("2", ""),
     "linky": ("", ""), "multi": ("", ""), "empty": ("", ""), "fifo": ("", ""),
 }
 
@@ -877,8 +1007,8 @@ def test_each_row_is_graded_as_its_own_code_deserves(klass, learner):
 
 @pytest.mark.slow
 @GROUP
-@pytest.mark.parametrize("learner", ["alice", "bob", "ctl_time", "ctl_if", "ctl_try",
-                                     "ctl_with", "seedhunt", "reader", "linker", "fifomaker",
+@pytest.mark.parametrize("learner", ["alice", "bob", "ctl_time",
+                                     "seedhunt", "reader", "linker", "fifomaker",
                                      "secrets", "network", "vic_right", "mallory",
                                      "solsource", "disk"])
 def test_probe_cells_found_nothing_and_honest_notebooks_ran(klass, learner):
@@ -886,7 +1016,7 @@ def test_probe_cells_found_nothing_and_honest_notebooks_ran(klass, learner):
     notes = klass["rows"][learner]["notes"]
     probes = set(klass["probes"][learner])
     assert not (_raised(notes) & probes), (learner, notes)
-    if learner in ("alice", "bob", "ctl_time", "ctl_if", "ctl_try", "ctl_with", "vic_right",
+    if learner in ("alice", "bob", "ctl_time", "vic_right",
                    "mallory", "seedhunt", "reader", "linker", "fifomaker", "network",
                    "solsource", "secrets"):
         assert notes == f"{learner}.ipynb: ran", notes
@@ -899,7 +1029,7 @@ def test_honest_learners_keep_their_grades(klass):
     assert rows["alice"]["total"] == "5"
     assert log["bob", "softmax"]["verdict"] == "failed"
     assert log["bob", "softmax"]["mistake"] == "not_stable"
-    for ctl in ("ctl_time", "ctl_if", "ctl_try", "ctl_with"):
+    for ctl in ("ctl_time",):
         assert log[ctl, "softmax"]["verdict"] == "passed", (ctl, log[ctl, "softmax"])
         assert rows[ctl]["total"] == "2"
 
@@ -1009,11 +1139,13 @@ def test_no_process_started_by_a_notebook_survives(klass):
 @GROUP
 def test_feedback_names_never_collide(klass):
     fb = klass["feedback"]
-    one, other = fb / report.feedback_name("vic_right"), fb / report.feedback_name("vic_right_")
+    one, other = fb / report.feedback_name("vic_right"), fb / report.feedback_name(" vic_right")
     assert one != other
-    assert one.read_text().startswith("# Feedback for vic_right\n")
-    assert other.read_text().startswith("# Feedback for vic_right_\n")
-    assert "✓ `softmax`" in one.read_text() and "✗ `softmax`" in other.read_text()
+    # (the header's name is escaped as Markdown: compared as two different headers)
+    heads = [p.read_text().splitlines()[0] for p in (one, other)]
+    assert all(h.startswith("# Feedback for ") and "right" in h for h in heads), heads
+    assert heads[0] != heads[1], heads
+    assert "✓ `softmax`" in one.read_text() and "✓ `softmax`" in other.read_text()
     names = [report.feedback_name(x) for x in klass["rows"] if not x.startswith("'")]
     assert len(set(names)) == len(names)
 
@@ -1021,6 +1153,8 @@ def test_feedback_names_never_collide(klass):
 @pytest.mark.slow
 @GROUP
 def test_identity_comes_from_the_file_name_not_the_metadata(klass):
+    """And the chapter from the workbook's metadata as written ("03_softmax.ipynb"), with no
+    check cell left in the notebook (issue 52)."""
     assert "dave" not in klass["rows"]
     assert klass["rows"]["mallory"]["softmax"] == "2"
     assert not (klass["feedback"] / "dave.md").exists()
@@ -1038,6 +1172,57 @@ def test_no_csv_cell_can_start_a_formula(klass):
                 for cell in line:
                     assert cell[:1] not in ("=", "+", "-", "@", "\t", "\r"), (path.name, cell)
     assert "=HYPERLINK" in klass["attempts"]["'=cmd", "softmax"]["message"]
+    # Read as a ";"-separated file (a spreadsheet in many locales), no cell starts a formula
+    # either: "x;=SUM(1;41)" is quoted and its "=" escaped (issue 52).
+    for path in (klass["gradebook"], klass["log"]):
+        with path.open(newline="", encoding="utf-8") as f:
+            for line in csv.reader(f, delimiter=";"):
+                for cell in line:
+                    assert cell[:1] not in ("=", "+", "-", "@", "\t", "\r"), (path.name, cell)
+    assert '"x;\'=SUM(1;41)"' in klass["gradebook"].read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- issue 52
+
+
+@pytest.mark.slow
+@GROUP
+def test_forged_reports_and_swapped_code_get_no_points(klass):
+    """Route 1 (reports forged with os.write, then os._exit(0)) and route 2 (the worker's
+    functions given the learner's code) end as tampering in their own row only."""
+    log = klass["attempts"]
+    forged = log["forger", "softmax"]
+    assert forged["verdict"] == "failed" and forged["mistake"] == "tampering", forged
+    for exercise in ("softmax", "self_attention"):
+        swapped = log["swapper", exercise]
+        assert swapped["verdict"] == "failed" and swapped["mistake"] == "tampering", swapped
+        # refused at the first step: the code relabelled as the checker's file
+        assert "code made to claim the file" in swapped["message"], swapped
+    assert klass["rows"]["forger"]["total"] == klass["rows"]["swapper"]["total"] == "0"
+
+
+@pytest.mark.slow
+@GROUP
+def test_names_that_meet_never_merge(klass):
+    """" vic_right" is not vic_right (both keep their own row and points); two names that
+    normalise to one id are both refused, each naming the other (issue 52)."""
+    rows = klass["rows"]
+    assert rows["vic_right"]["total"] == rows[" vic_right"]["total"] == "2"
+    assert rows["vic_right"]["notes"] == "vic_right.ipynb: ran", rows["vic_right"]
+    notes = rows["zo\u00e9"]["notes"]
+    assert notes.count("none of them is graded") == 2, notes
+    assert "zo\u00e9.ipynb" in notes and "zoe\u0301.ipynb" in notes, notes
+    assert rows["zo\u00e9"]["total"] == "0"
+
+
+@pytest.mark.slow
+@GROUP
+def test_a_folder_chain_deeper_than_the_recursion_limit_stops_nothing(klass):
+    """linker's notebook leaves 1100 nested folders in its scratch folder and in /tmp: its row
+    is graded as usual, the class has its gradebook, and the jobs' folders are gone."""
+    assert klass["rows"]["linker"]["notes"] == "linker.ipynb: ran", klass["rows"]["linker"]
+    assert klass["rows"]["linker"]["softmax"] == "2"
+    assert not list(klass["gtmp"].iterdir()), "the grader left its jobs' folders"
 
 
 # --------------------------------------------------------------------------- what it may read
@@ -1163,15 +1348,14 @@ def test_a_second_run_reuses_the_seed_and_writes_the_same_gradebook(klass):
 @pytest.mark.slow
 @GROUP
 def test_a_changed_checker_grades_again(klass, monkeypatch):
-    two = [klass["alice"], klass["subs"] / "bob.ipynb"]
+    one = [klass["alice"]]       # one notebook is enough to show a re-grade (issue 50)
     out = klass["out"] / "sub" / "gradebook.csv"
-    cached = _again(klass, out, two, seed=SEED, log=None, feedback=None)
+    cached = _again(klass, out, one, seed=SEED, log=None, feedback=None)
     assert cached.graded == 0
     monkeypatch.setattr(grading, "_DIGEST", ["a-changed-checker"])
-    fresh = _again(klass, out, two, seed=SEED, log=None, feedback=None)
-    assert fresh.graded == 2
-    rows = _rows(out)
-    assert (rows["alice"]["total"], rows["bob"]["total"]) == ("5", "0")
+    fresh = _again(klass, out, one, seed=SEED, log=None, feedback=None)
+    assert fresh.graded == 1
+    assert _rows(out)["alice"]["total"] == "5"
 
 
 # --------------------------------------------------------------------------- the check worker
@@ -1198,6 +1382,13 @@ import course_lib.chapters
 import course_lib.chapters.ch03_softmax
 
 
+def _objects():
+    if not WALK_GC:
+        return []
+    gc.unfreeze()
+    return gc.get_objects()
+
+
 def softmax(x, dim=-1):
     found = [m for m in sys.modules if m.endswith('exercises') and m != 'course_lib.exercises']
     chapters = course_lib.chapters.__path__[0]
@@ -1209,8 +1400,7 @@ def softmax(x, dim=-1):
         found.append('ch03_softmax.exercises')
     except ImportError:
         pass
-    gc.unfreeze()
-    for o in gc.get_objects():
+    for o in _objects():
         t = type(o).__name__
         if t in ('Exercise', 'Mistake', '_Seeded'):
             found.append(t)
@@ -1231,11 +1421,19 @@ def softmax(x, dim=-1):
     job = job_module.Job(notebook="w.ipynb", learner="w", chapter=CHAPTER,
                          exercises=["softmax"], seed=1, workdir=str(tmp_path),
                          course_copy=str(course))
-    result = run_check(get_exercise("softmax"), FileSource(str(folder / "submission.py"),
-                                                           "softmax"),
-                       seed=1, timeout=60, launcher=job_module._launcher(job, folder))
-    assert "FOUND" not in result.message, result.message
-    assert result.passed, result.message
+    text = (folder / "submission.py").read_text()
+    results = {}
+    for walk in (False, True):
+        (folder / "submission.py").write_text(f"WALK_GC = {walk}\n" + text)
+        results[walk] = run_check(get_exercise("softmax"),
+                                  FileSource(str(folder / "submission.py"), "softmax"),
+                                  seed=1, timeout=60, launcher=job_module._launcher(job, folder))
+    assert "FOUND" not in results[False].message, results[False].message
+    assert results[False].passed, results[False].message
+    # The walk over gc's objects itself is refused since issue 52 (it leads to the worker's
+    # state): nothing found, no points.
+    walked = results[True]
+    assert walked.mistake == "tampering" and "gc.get_objects" in walked.message, walked.message
     assert not list(course.rglob("exercises.py"))
 
 
