@@ -173,7 +173,7 @@ def summary_markdown(results: Sequence[dict[str, Any]], points: dict[str, float]
     text += f"; missing: {', '.join(missing)}" if missing else "; none missing"
     text += f"; late: {', '.join(late)}" if late else "; none late"
     text += f"; did not run or not graded: {', '.join(broken)}." if broken else \
-        "; every notebook ran."
+        "; every notebook was graded."
     review = sorted((r["learner"], Path(r["notebook"]).name, flags) for r in results
                     if (flags := report.review_flags(r.get("sources", {}))))
     if review:
