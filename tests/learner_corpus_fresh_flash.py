@@ -808,7 +808,9 @@ if TRITON:
         return dq, dk, dv
 
     def tfb_right_atomic_dq(q, k, v, out, lse, dout, is_causal=False):
-        """Right, unusual: one kernel, dQ by atomics."""
+        """Right, unusual: one kernel, dQ by atomics. Its D is computed by torch on the host:
+        a right value (the bare path's verdict), which the watch's host rule of issue 51
+        refuses (torch may allocate, view, copy and cast in a Triton exercise, not compute)."""
         return _tfb_atomic(q, k, v, out, lse, dout, is_causal, True)
 
     def tfb_atomic_add_unmasked(q, k, v, out, lse, dout, is_causal=False):

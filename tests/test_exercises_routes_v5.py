@@ -222,3 +222,88 @@ def test_online_softmax_stats_in_one_pass_passes_in_the_worker_too():
     assert _check("online_softmax_stats", stats_one_pass).passed
     assert run_check(ex, stats_two_passes, seed=1, isolate=True).mistake == "stream_held"
     assert run_check(ex, ex.solution, seed=1, isolate=True, refuse_course=False).passed
+
+
+# ----------------------------------------------------------------------- Triton (ch. 9)
+
+try:
+    import triton
+    import triton.language as tl
+
+    import course_lib.chapters.ch09_flash_triton  # noqa: F401  (sets the interpreter up first)
+except ImportError:   # no Triton wheel for this platform: the Triton exercises cannot run
+    triton = None
+
+needs_triton = pytest.mark.skipif(triton is None, reason="Triton is not installed")
+
+
+def _jit(fn):
+    return triton.jit(fn) if triton is not None else fn
+
+
+@_jit
+def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+@_jit
+def _mm_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K),
+                    other=0.0)
+        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N),
+                    other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _copied_by_a_kernel(y):
+    y = y.contiguous()
+    out = torch.empty_like(y)
+    _copy_kernel[(triton.cdiv(y.numel(), 64),)](y, out, y.numel(), BLOCK=64)
+    return out
+
+
+def triton_softmax_in_torch(x):
+    """exp and sum in torch, the result copied out by a three-line kernel."""
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return _copied_by_a_kernel(e / e.sum(-1, keepdim=True))
+
+
+def triton_matmul_by_cdist(a, b):
+    """A matrix product without a matmul: |a|² + |b|² - cdist², halved."""
+    d = torch.cdist(a.double(), b.T.double()) ** 2
+    ab = ((a.double() ** 2).sum(1)[:, None] + (b.T.double() ** 2).sum(1)[None, :] - d) / 2
+    return _copied_by_a_kernel(ab.to(a.dtype))
+
+
+def triton_matmul_host_casts(a, b):
+    """Right: the inputs cast to float32 on the host, the product in the kernel, cast back."""
+    a32, b32 = a.float().contiguous(), b.float().contiguous()
+    M, K = a32.shape
+    N = b32.shape[1]
+    c = torch.empty(M, N, dtype=torch.float32)
+    _mm_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a32, b32, c, M, N, K, BM=16, BN=16,
+                                                          BK=16)
+    return c.to(a.dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("exercise_id, fn", [("triton_softmax", triton_softmax_in_torch),
+                                             ("triton_matmul", triton_matmul_by_cdist)])
+def test_a_triton_answer_computed_by_torch_is_refused(exercise_id, fn):
+    r = _check(exercise_id, fn)
+    assert r.mistake == "computed_in_torch", r.message
+    assert "computed inside your Triton kernel" in r.message
+
+
+@needs_triton
+def test_a_triton_matmul_with_host_casts_passes():
+    """Dtype casts on the host are not computation (a false reject of issue 51)."""
+    r = _check("triton_matmul", triton_matmul_host_casts)
+    assert r.passed, (r.mistake, r.message)

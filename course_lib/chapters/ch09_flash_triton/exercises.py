@@ -17,9 +17,13 @@ they cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
+import torch.utils._python_dispatch
 
 from course_lib.toolkit.checking import Case, Exercise, Mistake
 
@@ -27,6 +31,8 @@ from . import TRITON_AVAILABLE, TRITON_MISSING
 
 #: The checker's bounds checks run inside the learner's kernel launch: calls into them are allowed.
 CHECKING = f"{__package__}.checking"
+#: The host rule's dispatch mode sees each torch operator the learner's code calls.
+HOST_RULE = f"{__name__}._HostOps.__torch_dispatch__"
 
 if TRITON_AVAILABLE:
     import triton
@@ -51,10 +57,92 @@ LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 
 
+#: What torch may do on the host in a Triton exercise: allocate, view, copy and cast (a dtype
+#: conversion is not computation), read a scalar. Any other operator on a floating tensor is the
+#: answer computed by torch, not by the kernel.
+HOST_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "fill_", "zero_", "arange", "_to_copy", "copy_", "clone", "contiguous", "detach", "alias",
+    "lift_fresh", "lift_fresh_copy", "_local_scalar_dense", "view", "_unsafe_view", "reshape",
+    "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "unsqueeze",
+    "squeeze", "select", "slice", "split", "split_with_sizes", "unbind", "narrow", "view_as",
+    "resize_", "set_", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "is_same_size", "_has_compatible_shallow_copy_type", "record_stream", "unfold",
+    "_make_per_tensor_quantized_tensor", "result_type", "is_nonzero"})
+
+
+class _HostOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the first operator outside :data:`HOST_OPS` that touches a floating tensor, and
+    which tensors were dtype casts of which (``_to_copy`` / ``copy_``), so that a kernel's result
+    cast back on the host still counts as the kernel's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.computed: str | None = None
+        self.casts: list[tuple[torch.Tensor, torch.Tensor]] = []   # (result, source)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name in ("_to_copy", "clone") and isinstance(out, torch.Tensor) and args:
+            self.casts.append((out, args[0]))
+        elif name == "copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor):
+            self.casts.append((args[0], args[1]))
+        elif name not in HOST_OPS and self.computed is None:
+            flat = [*args, *kwargs.values()]
+            if any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in flat):
+                self.computed = name
+        return out
+
+
+class _TritonHostRule(checking.TritonLaunchCheck if TRITON_AVAILABLE else object):
+    """:class:`.checking.TritonLaunchCheck` and the host rule of the Triton exercises (their
+    statements say it): torch may allocate, view, copy and cast the inputs and the result, but
+    not compute on them; the result is computed in the kernel from the values it loaded."""
+
+    @contextlib.contextmanager
+    def around_call(self) -> Iterator[Any]:
+        host = _HostOps()
+        with super().around_call() as judge, host:
+            recorder = checking._RECORDERS[-1]
+            yield lambda value: self._judge(judge, host, bool(recorder.kernels), value)
+
+    @staticmethod
+    def _judge(judge: Any, host: _HostOps, launched: bool, value: Any
+               ) -> tuple[str, str] | None:
+        if not launched:        # plain torch: no kernel at all, the launch check says so
+            return judge(value)
+        if host.computed is not None:
+            return "computed_in_torch", (
+                f"Your function computed with torch on the host (torch's `{host.computed}`): in "
+                "this exercise torch may allocate, view, copy and cast tensors, but the result "
+                "is computed inside your Triton kernel, from the values it loads")
+        return judge(_cast_sources(value, host.casts))
+
+
+def _cast_sources(value: Any, casts: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """``value`` with each returned tensor that is a host cast (or copy) of another replaced by
+    that source, followed back to the first: a kernel's output cast back is the kernel's."""
+    def source(t: Any) -> Any:
+        for _ in range(len(casts)):
+            found = next((s for r, s in casts if r is t), None)
+            if found is None:
+                break
+            t = found
+        return t
+    if isinstance(value, torch.Tensor):
+        return source(value)
+    if isinstance(value, tuple | list):
+        return type(value)(source(v) for v in value)
+    return value
+
+
 def _launch_check(*output_names: str):
-    """The extension that makes a check refuse a result no Triton kernel wrote (none without
-    Triton: the solutions say why they cannot run)."""
-    return checking.TritonLaunchCheck(output_names) if TRITON_AVAILABLE else None
+    """The extension that makes a check refuse a result no Triton kernel wrote, or one torch
+    computed on the host (none without Triton: the solutions say why they cannot run)."""
+    return _TritonHostRule(output_names) if TRITON_AVAILABLE else None
 #: Block sizes a learner's kernel plausibly uses: block-dependent mistakes are simulated for each.
 BLOCKS = (16, 32, 64)
 CHAPTER = "09_flash_triton"
@@ -139,7 +227,7 @@ TRITON_SOFTMAX = Exercise(
     time_limit=TIME_LIMITS["triton_softmax"],
     extension=_launch_check(),
     time_limit_note=_time_note(TIME_LIMITS["triton_softmax"]),
-    allowed_course_calls=(CHECKING,),
+    allowed_course_calls=(CHECKING, HOST_RULE),
     title="A row-softmax kernel",
     signature="triton_softmax(x (rows, cols) float32) -> (rows, cols), launching a Triton kernel",
     params=("x",),
@@ -253,7 +341,7 @@ TRITON_MATMUL = Exercise(
     time_limit=TIME_LIMITS["triton_matmul"],
     extension=_launch_check(),
     time_limit_note=_time_note(TIME_LIMITS["triton_matmul"]),
-    allowed_course_calls=(CHECKING,),
+    allowed_course_calls=(CHECKING, HOST_RULE),
     title="A tiled matmul kernel with tl.dot",
     signature="triton_matmul(a (M, K), b (K, N)) -> (M, N) same dtype, launching a Triton kernel",
     params=("a", "b"),
@@ -486,7 +574,7 @@ TRITON_FLASH_FORWARD = Exercise(
     time_limit=TIME_LIMITS["triton_flash_forward"],
     extension=_launch_check("out", "lse"),
     time_limit_note=_time_note(TIME_LIMITS["triton_flash_forward"]),
-    allowed_course_calls=(CHECKING,),
+    allowed_course_calls=(CHECKING, HOST_RULE),
     title="The FlashAttention-2 forward kernel",
     signature=("triton_flash_forward(q, k, v (B, H, L, E) float32, is_causal=False) "
                "-> (out, lse (B, H, L))"),
@@ -720,7 +808,7 @@ TRITON_FLASH_BACKWARD = Exercise(
     time_limit=TIME_LIMITS["triton_flash_backward"],
     extension=_launch_check("dq", "dk", "dv"),
     time_limit_note=_time_note(TIME_LIMITS["triton_flash_backward"]),
-    allowed_course_calls=(CHECKING,),
+    allowed_course_calls=(CHECKING, HOST_RULE),
     title="The backward kernels: dK and dV per key block, dQ per query block",
     signature=("triton_flash_backward(q, k, v, out, dout (B, H, L, E) float32, lse (B, H, L), "
                "is_causal=False) -> (dq, dk, dv)"),
