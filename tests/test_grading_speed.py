@@ -68,6 +68,7 @@ def _job(tmp_path: Path, name: str, **kw) -> Job:
                sandboxed=False, **kw)
 
 
+@pytest.mark.slow
 def test_a_warm_process_grades_one_notebook_after_another_and_dies_with_a_time_out(tmp_path):
     try:
         first, _ = runner.run_job(_job(tmp_path, "a", run="functions"), 120)
