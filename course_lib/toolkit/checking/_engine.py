@@ -33,6 +33,7 @@ from ._policy import REPORTING_EXIT
 from ._probes import explain
 from ._result import CheckResult
 from ._sandbox import CallOutcome, raised_as_placeholder
+from ._seeding import case_generator
 from ._spec import Case, Exercise, Mistake, fresh_args
 
 #: Mistake ids for problems that are not an exercise's declared misconception.
@@ -252,7 +253,7 @@ class _Seeded:
 
     def __init__(self, ex: Exercise, seed: int) -> None:
         self.ex = ex
-        self.cases: list[Case] = ex.cases(torch.Generator().manual_seed(seed))
+        self.cases: list[Case] = ex.cases(case_generator(seed))   # every bit of a 62-bit seed
         self._answers: dict[int, Any] = {}
         self.nbytes = _nbytes([c.args for c in self.cases])
         self.kept = False       # counted in _SEEDED_BYTES
