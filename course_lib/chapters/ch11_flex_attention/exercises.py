@@ -82,6 +82,13 @@ class _EagerFlexCalls(CallExtension):
         warnings.filterwarnings("ignore", message=_FLEX_WARNING, category=UserWarning)
         yield _no_verdict
 
+    def warm(self) -> None:
+        """Flex's first import and call, before the fork: in a fresh session the worker would
+        otherwise import flex in :meth:`around_call` under its reporting trace (the import's
+        ``namedtuple`` code is compiled from a string: refused as the learner's) and pay flex's
+        first call (seconds) inside the learner's time limit."""
+        _warm_flex()
+
 
 def _no_verdict(value: Any) -> None:
     return None
@@ -94,11 +101,12 @@ TOLERANCES = {torch.float32: (1e-4, 1e-3)}
 @functools.lru_cache(maxsize=1)
 def _warm_flex() -> None:
     """Run eager flex once in this process (imports, first call: seconds), before a check forks
-    its worker: the worker's time limit then measures the learner's code, not torch's warm-up.
-    Called by the case generators, which run in the learner's process: on the dynamo-free path
-    (:func:`_eager_flex`, as each call in the worker), with the session's flag, warnings filters
-    and environment put back afterwards. The warm-up's caches (imports, first kernels) stay,
-    which is the point."""
+    its worker: the worker's time limit then measures the learner's code, not torch's warm-up,
+    and the worker imports nothing of flex under its reporting trace (``_EagerFlexCalls.warm``).
+    Called by that warm and by the case generators, in the learner's process: on the
+    dynamo-free path (:func:`_eager_flex`, as each call in the worker), with the session's flag,
+    warnings filters and environment put back afterwards. The warm-up's caches (imports, first
+    kernels) stay, which is the point."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     with _eager_flex():

@@ -320,6 +320,15 @@ def _warm_serialisation() -> None:
         _SERIALISATION_WARM[0] = True
 
 
+def _warm_extension(extension: Any) -> None:
+    """The exercise's extension prepared before the fork (``CallExtension.warm``; an extension
+    that is not a ``CallExtension`` may lack it): its first imports would otherwise run in the
+    worker under the reporting trace, which refuses the code they compile from strings."""
+    warm = getattr(extension, "warm", None)
+    if warm is not None:
+        warm()
+
+
 def _encode_outcome(out: CallOutcome) -> dict[str, Any]:
     msg: dict[str, Any] = {
         "kind": "case", "error_type": out.error_type, "traceback": out.traceback_text,
@@ -645,6 +654,7 @@ def run_isolated(source: Any, cases: Cases, params: tuple[str, ...], *,
     _warm_up()
     _warm_serialisation()
     _policy.warm(forbidden)
+    _warm_extension(extension)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

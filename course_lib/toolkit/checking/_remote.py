@@ -96,6 +96,7 @@ def _prepare_for(setup: dict[str, Any]) -> None:
     _warm_up()
     _isolation._warm_serialisation()
     _policy.warm(tuple(setup["forbidden"]))
+    _isolation._warm_extension(setup["extension"])     # as run_isolated does before a fork
 
 
 def _run_worker(setup: dict[str, Any], cases_fd: int, fd: int) -> None:

@@ -219,6 +219,14 @@ class CallExtension:
             Callable[[Any], tuple[str, str] | None]]:
         raise NotImplementedError
 
+    def warm(self) -> None:
+        """Prepare, before each fork, in the process a check's worker is forked from (the
+        learner's session, or the grading server): import or build whatever :meth:`around_call`
+        and its ``judge`` need the first time, so the worker inherits it. In the worker they run
+        under its reporting trace, which refuses code it does not trust, such as the ``<string>``
+        code a first import compiles (``namedtuple``). Must leave the session as it was (flags,
+        warnings filters, RNG). The default does nothing."""
+
 
 _ORDER = itertools.count()
 
