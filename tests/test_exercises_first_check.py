@@ -55,3 +55,22 @@ def test_a_flex_solution_passes_its_first_check_in_a_fresh_session(exercise_id, 
     first = _first_check(exercise_id, tmp_path)
     assert first["passed"] and first["status"] == "passed", first
     assert first["mistake"] is None, first
+
+
+@pytest.mark.slow
+def test_a_flex_solution_passes_in_a_grading_worker(tmp_path):
+    """A grading worker is forked from a program of its own (``ForkServer``), which generates no
+    cases: nothing there had imported flex, and every check of a right solution was refused as
+    tampering, not only the first. The server now warms the extension too."""
+    from course_lib import exercises
+    from course_lib.toolkit.checking import _engine
+    from course_lib.toolkit.checking._isolation import FileSource
+    from course_lib.toolkit.checking._remote import ForkServer
+
+    ex = exercises.get_exercise("document_attention")
+    path = tmp_path / "submission.py"
+    path.write_text("import math\nimport torch\n" + exercises.solution(ex.id))
+    with ForkServer(cwd=str(tmp_path)) as server:
+        result = _engine.run_check(ex, FileSource(str(path), ex.function_name), timeout=60,
+                                   seed=0, launcher=server)
+    assert result.passed and result.mistake is None, result.message
