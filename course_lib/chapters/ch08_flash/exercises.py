@@ -65,6 +65,10 @@ def _stats_cases(gen: torch.Generator) -> list[Case]:
              note="entries in the hundreds: exp must never see them unshifted"),
         Case("-inf entries", (OnceIterator(with_inf, HOLD),),
              note="the first block is all -inf, and two more entries are -inf"),
+        # drawn last, so the cases above keep their values for every seed
+        Case("all entries negative", (OnceIterator([-r(4).abs() - 1.0, -r(3).abs() - 0.5,
+                                                    -r(5).abs() - 2.0], HOLD),),
+             note="every entry is below 0, so is the maximum"),
     ]
 
 
@@ -160,6 +164,18 @@ def _stats_lse(blocks):
     return m, m + torch.log(l)
 
 
+def _stats_max_from_zero(blocks):
+    """The running maximum started at 0 instead of -inf: right whenever the maximum is >= 0."""
+    blocks = list(blocks)
+    m, l = torch.tensor(0.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    for b in blocks:
+        b = b.double()
+        m_new = torch.maximum(m, b.max())
+        l = l * torch.exp(m - m_new) + torch.exp(b - m_new).sum()
+        m = m_new
+    return _like(blocks, m, l)
+
+
 def _stats_last_max(blocks):
     blocks = list(blocks)
     m, l = torch.tensor(float("-inf"), dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
@@ -204,6 +220,10 @@ ONLINE_SOFTMAX_STATS = Exercise(
                 "be Σ exp(x - m) (that is what keeps exp from overflowing).", _stats_no_shift),
         Mistake("last_block_max", "Your m is the maximum of the last block only: keep the "
                 "running maximum, m_new = max(m, block.max()).", _stats_last_max),
+        Mistake("max_starts_at_zero", "Your m is 0 on a stream whose entries are all "
+                "negative: the running maximum started at 0, which is larger than every entry, "
+                "so it never moved (and l summed exp(x - 0)). Start from m = -inf (and l = 0): "
+                "the first block's maximum then always replaces it.", _stats_max_from_zero),
         Mistake("swapped_outputs", "You returned (l, m): return (m, l), the maximum first.",
                 lambda blocks: tuple(reversed(_stats_oracle(list(blocks))))),
         Mistake("iterator_read_twice", "Your l is 0: blocks is an iterator, and it can be read "

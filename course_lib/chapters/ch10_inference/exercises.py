@@ -69,10 +69,11 @@ def _decode_cases(gen: torch.Generator) -> list[Case]:
     def r(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=dtype)
 
-    def case(name, B, P, L, E, note, dtype=torch.float32):
-        w = [r(E, E, dtype=dtype) / E ** 0.5 for _ in range(3)]
+    def case(name, B, P, L, E, note, dtype=torch.float32, D=None):
+        D = E if D is None else D          # x's width D, the head's width E
+        w = [r(D, E, dtype=dtype) / D ** 0.5 for _ in range(3)]
         cos, sin = rope_cache(32, E, base=100.0, dtype=dtype)
-        return Case(name, (r(B, L, E, dtype=dtype), *w, r(B, P, E, dtype=dtype),
+        return Case(name, (r(B, L, D, dtype=dtype), *w, r(B, P, E, dtype=dtype),
                            r(B, P, E, dtype=dtype), cos, sin), note=note)
 
     return [
@@ -80,6 +81,8 @@ def _decode_cases(gen: torch.Generator) -> list[Case]:
         case("a chunk of 3", 2, 4, 3, 4, "4 cached, 3 new at positions 4, 5, 6"),
         case("float64, long cache", 1, 9, 2, 6, "9 cached, 2 new", torch.float64),
         case("empty cache", 1, 0, 4, 4, "the prompt (prefill): nothing cached yet"),
+        # drawn last, so the cases above keep their values for every seed
+        case("x wider than a head", 2, 3, 2, 4, "D = 8, E = 4: w_q, w_k, w_v are (8, 4)", D=8),
     ]
 
 
@@ -249,9 +252,11 @@ DECODE_STEP = Exercise(
         _DECODE_POSITIONS,
         scale_probe(
             lambda f, *a: _ds(*a, factor=f), lambda x, w_q, *a: w_q.shape[-1] ** -0.5,
-            {"1/E": lambda x, w_q, *a: 1 / w_q.shape[-1], "1": lambda *a: 1.0},
-            "1/√E", "Scale the scores by 1/√E, E = q.shape[-1], as in every attention of the "
-            "course: a cached step computes the same scores as the full pass.", _DECODE_SECTION),
+            {"1/E": lambda x, w_q, *a: 1 / w_q.shape[-1], "1": lambda *a: 1.0,
+             "1/√D": lambda x, *a: x.shape[-1] ** -0.5},
+            "1/√E", "Scale the scores by 1/√E, E = q.shape[-1] the width of a head (not D, the "
+            "width of x), as in every attention of the course: a cached step computes the same "
+            "scores as the full pass.", _DECODE_SECTION, ids={"1/√D": "sqrt_of_D"}),
         _mask_probe(lambda name, *a: _ds(*a, mask=name), _DECODE_SECTION),
     ),
 )

@@ -25,7 +25,7 @@ def describe_value(x: Any) -> str:
     if isinstance(x, OnceIterator):
         inner = ", ".join(describe_value(v) for v in x.items)
         return f"an iterator over {len(x.items)} blocks [{inner}]"
-    if isinstance(x, (bool, int, float, str)) or x is None:
+    if isinstance(x, (bool, int, float, str, torch.dtype)) or x is None:
         return repr(x)
     if isinstance(x, (list, tuple)):
         return "[" + ", ".join(describe_value(v) for v in x) + "]"
