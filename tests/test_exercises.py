@@ -64,8 +64,11 @@ def test_every_exercise_declares_mistakes_and_graded_hints(exercise_id):
                          ids=[f"{i}-{m.id}" for i, m in MISTAKES])
 def test_declared_mistake_is_recognised(exercise_id, mistake):
     ex = exercises.get_exercise(exercise_id)
-    watched = ex.extension is None
-    if not watched:
+    # flash_attention's case of few queries and many keys is sized so that only a key-blocked
+    # online softmax fits under the N×N watch; its mistakes are simulated by the course's own
+    # full-size code, which the watch refuses there: checked on the bare path, as below.
+    watched = ex.extension is None and exercise_id not in {"flash_attention"}
+    if ex.extension is not None:
         # A Triton mistake is a float64 simulation of a kernel, in torch: no kernel launch (the
         # extension's verdict) and broadcast products as large as an N×N matrix (the watch's).
         # The simulations are the course's own code: checked on the bare path, as in
