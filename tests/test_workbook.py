@@ -196,9 +196,9 @@ def test_the_writer_numbers_and_links_like_the_book(tmp_path):
     assert "[Section 2.2](#sec-second), Figure 2.1,\n" in out
     assert "[First](#sec-first), [the start](#sec-first), " in out
     assert "[Two](02_two.ipynb), [chapter two](02_two.ipynb),\n" in out
-    refs = f"{base}references.html"
-    assert (f"([Dao et al., 2022]({refs})), [Dao et al. (2022)]({refs}), "
-            f"([Dao, 2020]({refs}); [Dao et al., 2022]({refs})),\n") in out
+    dao, solo = f"{base}references.html#cite-dao2022flash", f"{base}references.html#cite-solo2020"
+    assert (f"([Dao et al., 2022]({dao})), [Dao et al. (2022)]({dao}), "
+            f"([Dao, 2020]({solo}); [Dao et al., 2022]({dao})),\n") in out
     assert (f"[scores]({base}glossary.html#term-score), "
             f"[online softmax]({base}glossary.html#term-online-softmax).") in out
 

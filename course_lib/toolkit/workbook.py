@@ -17,10 +17,10 @@ notebook ``NN_name.ipynb`` of the book into a learner copy:
   ``make lab``), which renders admonitions, dropdowns, section labels ``(sec-x)=``, numbered
   ``{math}`` and ``{eq}``/``{ref}``/``{numref}`` references within the notebook. The writer
   converts what it cannot know in a lone notebook (:func:`markdown_for_lab`): labelled display
-  equations get the book's numbers ("(8.4)"), citations become "Dao et al. (2022)" linked to the
-  book's bibliography, glossary terms links to the book's glossary, other chapters and their
-  equations links to the learner's own copies beside this one ("08_flash.ipynb"), figure numbers
-  the book's "Fig. 1.2";
+  equations get the book's numbers ("(8.4)"), citations become "Dao et al. (2022)" linked to
+  their entry of the book's bibliography (``references.html#cite-KEY``), glossary terms links
+  to the book's glossary, other chapters and their equations links to the learner's own copies
+  beside this one ("08_flash.ipynb"), figure numbers the book's "Fig. 1.2";
 * each figure keeps its caption and number: a Markdown cell after the figure's code cell says
   "**Fig. 1.2.** ..." as the book does.
 
@@ -142,24 +142,54 @@ def _link(index: BookIndex, doc: str, anchor: str = "") -> str:
     return index.page_url(doc, anchor)
 
 
+# The book's bibliography: the page holding the ``{bibliography}`` directive, and the id it gives
+# each entry. ``_config.yml`` sets ``bibtex_cite_id`` to this template (sphinxcontrib-bibtex
+# formats it with the entry's key, then docutils' make_id turns it into the HTML id); without it
+# the entries get docutils' "id46", which moves whenever an entry is added.
+# tests/test_workbook_citations.py keeps the two the same.
+BIBLIOGRAPHY_PAGE = "references"
+CITE_ID = "cite-{key}"
+
+
+def _make_id(text: str) -> str:
+    """docutils' ``nodes.make_id``: lower case, runs of other characters as one "-", no leading
+    digit or "-" and no trailing "-" (non-ASCII letters lose their accents)."""
+    import unicodedata
+
+    ascii_text = unicodedata.normalize("NFKD", text.lower()).encode("ascii", "ignore").decode()
+    return re.sub(r"^[-0-9]+|-+$", "", re.sub(r"[^a-z0-9]+", "-", " ".join(ascii_text.split())))
+
+
+def cite_anchor(key: str) -> str:
+    """The HTML id of the bibliography entry ``key`` in the book ("cite-dao2022flashattention")."""
+    return _make_id(CITE_ID.format(key=key))
+
+
+def cite_url(key: str, index: BookIndex) -> str:
+    """Where a citation of ``key`` leads from the workbook: its entry on the book's
+    bibliography page."""
+    return index.page_url(BIBLIOGRAPHY_PAGE, cite_anchor(key))
+
+
 def _cite(keys: str, role: str, index: BookIndex) -> str:
-    refs = index.page_url("references")
     parts = []
     for key in (k.strip() for k in keys.split(",")):
         if key not in index.citations:
             parts.append(f"{key}")
             continue
         names, year = index.citations[key]
-        parts.append(f"[{names} ({year})]({refs})" if role == "cite:t"
-                     else f"[{names}, {year}]({refs})")
+        url = cite_url(key, index)
+        parts.append(f"[{names} ({year})]({url})" if role == "cite:t"
+                     else f"[{names}, {year}]({url})")
     return "; ".join(parts) if role == "cite:t" else "(" + "; ".join(parts) + ")"
 
 
 def _roles(text: str, index: BookIndex, doc: str) -> str:
     """What jupyterlab-myst cannot resolve in a lone notebook becomes Markdown: citations
-    ("Dao et al. (2022)", linked to the book's bibliography), glossary terms and other chapters
-    (links to the book's pages), figure and section numbers as the book prints them. References
-    to equations and sections of the same notebook stay roles: jupyterlab-myst resolves them."""
+    ("Dao et al. (2022)", linked to their entry of the book's bibliography), glossary terms and
+    other chapters (links to the book's pages), figure and section numbers as the book prints
+    them. References to equations and sections of the same notebook stay roles: jupyterlab-myst
+    resolves them."""
     def repl(m: re.Match[str]) -> str:
         role, body = m.group("role"), m.group("text")
         explicit = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>\s*$", body, re.S)
