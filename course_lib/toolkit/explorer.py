@@ -28,6 +28,15 @@ LIVE_FALLBACK = "Run this cell to show the live explorer."
 # The book's players are drawn so that their smallest text is at least this many pixels high at the
 # image's own size; on a phone the frame keeps that size and scrolls sideways (course.css).
 PLAYER_MIN_TEXT_PX = 10.5
+# An explorer's figure titles are at least this many pixels high at the image's own size, in Lab as
+# in the book's player: a title drawn smaller (``set_title(..., fontsize=9)`` at 72 dpi) is raised
+# after drawing (:func:`legible_titles`).
+TITLE_MIN_PX = 11.0
+# The live controls (Lab): each control this wide, its name in a column as wide as the longest
+# name, so that they wrap row by row in a tidy grid (:meth:`Explorer.live`). Em of the widgets'
+# font (13 px in JupyterLab).
+CONTROL_MIN_WIDTH_EM = 20.0
+_EM_PER_CHAR = 0.62     # the widgets' font: a character is at most about 0.6 em wide
 
 # What the player adds to matplotlib's jshtml (no autoplay: it starts on its first frame, paused):
 # the frame image's text alternative follows the frame shown (the slider's aria-valuetext too),
@@ -105,6 +114,26 @@ def figure_summary(fig: plt.Figure) -> str:
     return "; ".join(parts)
 
 
+def _titles(fig: plt.Figure) -> list[Any]:
+    """The figure's visible, non-empty titles: its suptitle and every panel's titles."""
+    texts = [getattr(fig, "_suptitle", None)]
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title]
+    return [t for t in texts if t is not None and t.get_visible() and t.get_text().strip()]
+
+
+def legible_titles(fig: plt.Figure, min_px: float = TITLE_MIN_PX) -> bool:
+    """Raise every title of ``fig`` drawn below ``min_px`` pixels (at the figure's dpi, 1 pt =
+    dpi/72 px) to ``min_px``; True if one was raised."""
+    min_pt = min_px * 72 / fig.dpi
+    raised = False
+    for t in _titles(fig):
+        if t.get_fontsize() < min_pt - 1e-9:
+            t.set_fontsize(min_pt)
+            raised = True
+    return raised
+
+
 @functools.cache
 def _live_box() -> type:
     """A ``VBox`` whose text/plain is :data:`LIVE_FALLBACK` (ipywidgets imported on first use)."""
@@ -165,11 +194,32 @@ class Explorer:
         return {name: c.default for name, c in self.controls.items()}
 
     def render(self, **params: Any) -> plt.Figure:
-        """Draw one frame into a new figure (used by tests and static output)."""
+        """Draw one frame into a new figure (used by tests, static output and the live
+        explorer)."""
         full = {**self.defaults(), **params}
         fig = plt.figure(figsize=self.figsize, dpi=self.dpi)
-        self.draw(fig, **full)
+        self._draw(fig, full)
         return fig
+
+    def _draw(self, fig: plt.Figure, params: dict[str, Any]) -> None:
+        """``draw(fig, **params)``, then its titles raised to :data:`TITLE_MIN_PX`
+        (:func:`legible_titles`); a figure that ``draw`` laid out with ``fig.tight_layout()`` is
+        laid out again around the larger titles."""
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        tight_layout = fig.tight_layout
+
+        def recorded(*args: Any, **kwargs: Any) -> None:
+            calls.append((args, kwargs))
+            tight_layout(*args, **kwargs)
+
+        fig.tight_layout = recorded          # type: ignore[method-assign]
+        try:
+            self.draw(fig, **params)
+        finally:
+            del fig.tight_layout
+        if legible_titles(fig) and calls:
+            args, kwargs = calls[-1]
+            fig.tight_layout(*args, **kwargs)
 
     def player_frames(self) -> list[dict[str, Any]]:
         if self.frames is not None:
@@ -230,7 +280,7 @@ class Explorer:
 
         def update(i: int):
             fig.clear()
-            self.draw(fig, **frames[i])
+            self._draw(fig, frames[i])
             alts[i] = self.frame_alt(fig, frames[i], values[i])
             return []
 
@@ -260,22 +310,51 @@ class Explorer:
         return (f'<div class="course-player" data-min-text-px="{min_px:.1f}">{_PLAYER_STYLE}'
                 f'{html}{script}</div>')
 
+    def control_widths(self) -> tuple[str, str, str]:
+        """The live controls' widths, in em of the widgets' font: (every control, its name's
+        column, a toggle's button). One width for all, so that they wrap in a tidy grid: at least
+        :data:`CONTROL_MIN_WIDTH_EM`, wider where a name or a toggle's buttons need it."""
+        def em(chars: int) -> float:
+            return math.ceil(chars * _EM_PER_CHAR * 2) / 2
+
+        label = max(3.0, em(max(len(c.label) for c in self.controls.values()) + 1))
+        toggles = [c for c in self.controls.values() if c.kind == "toggle"]
+        button = max((em(len(str(o)) + 2) for c in toggles for o in c.options), default=0.0)
+        # a toggle's buttons and their 0.3 em gaps beside the name
+        need = max((label + len(c.options) * (button + 0.3) for c in toggles), default=0.0)
+        width = max(CONTROL_MIN_WIDTH_EM, label + 12.0, need)
+        return f"{width:g}em", f"{label:g}em", f"{button:g}em"
+
     def live(self):
-        """Live ipywidgets: one widget per control, the figure redrawn on every change."""
+        """Live ipywidgets: one widget per control, the figure redrawn on every change.
+
+        The controls wrap row by row in a flex box (``flex_flow="row wrap"``), each as wide as
+        the others with its name in a column of one width (:meth:`control_widths`), so that
+        they line up at any width of the notebook. Each is named by its control's label
+        (``description``: the widget's label, which screen readers announce) and works from the
+        keyboard as ipywidgets' sliders, drop-downs and toggle buttons do (Tab, the arrow
+        keys)."""
         import ipywidgets as w
         from IPython.display import display
 
+        width, label, button = self.control_widths()
         widgets = {}
         for name, c in self.controls.items():
+            layout = w.Layout(width=width, margin="2px 1.5em 2px 0")
+            style: dict[str, str] = {"description_width": label}
+            common = dict(options=list(c.options), value=c.default, description=c.label,
+                          layout=layout, style=style)
             if c.kind == "toggle":
-                widgets[name] = w.ToggleButtons(options=list(c.options), value=c.default,
-                                                description=c.label)
+                style["button_width"] = button
+                widgets[name] = w.ToggleButtons(**common, tooltips=[
+                    f"{c.label}: {o}" for o in c.options])
             elif c.kind == "dropdown":
-                widgets[name] = w.Dropdown(options=list(c.options), value=c.default,
-                                           description=c.label)
+                widgets[name] = w.Dropdown(**common)
             else:
-                widgets[name] = w.SelectionSlider(options=list(c.options), value=c.default,
-                                                  description=c.label, continuous_update=False)
+                widgets[name] = w.SelectionSlider(**common, continuous_update=False)
+        controls = w.HBox(list(widgets.values()), layout=w.Layout(
+            flex_flow="row wrap", align_items="center", justify_content="flex-start",
+            width="100%"))
         out = w.Output()
 
         def redraw(**params: Any) -> None:
@@ -285,8 +364,7 @@ class Explorer:
                 display(fig)
                 plt.close(fig)
 
-        ui = _live_box()([w.HBox(list(widgets.values()), layout=w.Layout(flex_flow="row wrap")),
-                          out])
+        ui = _live_box()([controls, out])
         w.interactive_output(redraw, widgets)
         return ui
 
