@@ -7,6 +7,7 @@ value-dependent details (first wrong index, largest error).
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +130,8 @@ def _compare_scalar(expected: torch.Tensor, actual: Any, tol: Tol, what: str) ->
     atol, rtol = tol(expected.dtype)
     if value != value and e == e:
         return Problem("nan", f"{what} is NaN.")
-    if value == e or abs(value - e) <= atol + rtol * abs(e):
+    # an infinite answer is matched only by itself (rtol·∞ would let any finite number pass)
+    if value == e or (math.isfinite(e) and abs(value - e) <= atol + rtol * abs(e)):
         return None
     return Problem("values", f"{what} is wrong.",
                    where=f"relative error {abs(value - e) / max(abs(e), 1e-30):.3g}")
@@ -235,7 +237,7 @@ def same_output(a: Any, b: Any, tol: Tol, slack: float = MATCH_SLACK) -> bool:
         if (va != va or va == float("-inf")) and (vb != vb or vb == float("-inf")):
             return True
         atol, rtol = _loosest(tol, a, b)
-        return va == vb or abs(va - vb) <= slack * (atol + rtol * abs(vb))
+        return va == vb or (math.isfinite(vb) and abs(va - vb) <= slack * (atol + rtol * abs(vb)))
     if isinstance(a, np.ndarray):
         try:
             a = torch.from_numpy(np.ascontiguousarray(a))
