@@ -1230,7 +1230,7 @@ FRESH = [
     ("merge_heads", "reshape_without_permute", mh_reshape_only),
     ("merge_heads", "wrong_head_order", mh_feature_major),
     ("merge_heads", "along_tokens", mh_cat_on_tokens),
-    ("merge_heads", "raised", mh_view_after_transpose),
+    ("merge_heads", "view_of_non_contiguous", mh_view_after_transpose),
     ("merge_heads", "transposed_wrong_axes", mh_swap_wrong_axes),
     ("multi_head_attention", "pass", mha_right_einsum),
     ("multi_head_attention", "scaled_by_D", mha_scale_by_D),

@@ -19,6 +19,7 @@ import torch
 
 from ._compare import Problem, compare, same_output
 from ._describe import describe_case
+from ._generic import explain_form, explain_raised, explain_values
 from ._isolation import (
     CourseGuard,
     FileSource,
@@ -30,7 +31,7 @@ from ._isolation import (
     run_isolated,
 )
 from ._policy import REPORTING_EXIT
-from ._probes import explain
+from ._probes import Fitted, explain
 from ._result import CheckResult
 from ._sandbox import CallOutcome, raised_as_placeholder
 from ._seeding import case_generator
@@ -565,6 +566,25 @@ def _recognise(ex: Exercise, runs: list[_Run]) -> Mistake | None:
     return best
 
 
+def _fit(ex: Exercise, runs: list[_Run], first: _Run) -> Fitted | None:
+    """A hypothesis fitted to the failing outputs when no declared mistake reproduces them: the
+    exercise's own probes, then those that hold for every exercise (``_generic.py``)."""
+    def fresh(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return fresh_args(args)[0]
+    assert first.problem is not None
+    try:
+        if first.problem.kind in ("values", "nan", "inf"):
+            return ((explain(ex.probes, runs, ex.tolerance, fresh) if ex.probes else None)
+                    or explain_values(ex, runs, ex.tolerance, fresh))
+        if first.problem.kind in ("shape", "dtype"):
+            return explain_form(ex, runs, ex.tolerance)
+        if first.problem.kind == "raised":
+            return explain_raised(ex, runs)
+    except Exception:       # a diagnosis is a bonus: never let it break the check
+        return None
+    return None
+
+
 def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[_Run],
               printed: bool) -> CheckResult:
     # The first real problem: an exception or a wrong form (type, shape, dtype) before values.
@@ -575,12 +595,14 @@ def _diagnose(ex: Exercise, cases: list[Case], runs: list[_Run], failures: list[
     where = describe_case(ex.params, first.case)
     assert first.problem is not None
     lines = []
-    if mistake is None and ex.probes and first.problem.kind in ("values", "nan", "inf"):
-        fitted = explain(ex.probes, runs, ex.tolerance, lambda a: fresh_args(a)[0])
+    if mistake is None:
+        fitted = _fit(ex, runs, first)
         if fitted is not None:
             n_ok = sum(1 for r in runs if r.problem is None)
-            lines = [fitted.message, f"First failing {where}.", f"{n_ok} of {len(cases)} cases "
-                     "passed."]
+            shown = ("." if first.problem.kind in ("values", "nan", "inf")
+                     else f": {first.problem.text}")
+            lines = [fitted.message, f"First failing {where}{shown}",
+                     f"{n_ok} of {len(cases)} cases passed."]
             if printed:
                 lines.append(_PRINT_NOTE.strip())
             return CheckResult(exercise=ex.id, passed=False, status="failed",

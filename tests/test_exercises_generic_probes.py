@@ -1,0 +1,130 @@
+"""The hypotheses that hold for every exercise (``checking/_generic.py``), issue 51.
+
+Each wrong submission below is the exercise's own reference solution with one slip of a kind
+no exercise declares: the axes in another order, regrouped, a dtype, a ``view`` of a transposed
+tensor, axes counted from the front, a weight transposed, one input used for another, entries
+moved, a mask's edge moved or its polarity swapped. Each must be named with its id and a message
+that says what the output shows; a slip none of them explains keeps the generic verdict, and a
+right solution is never touched. Run on the engine's bare path (no worker): these test the
+diagnosis, not the sandbox.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from course_lib.toolkit.checking._engine import run_check
+from course_lib.toolkit.checking._generic import _explain_band
+from course_lib.toolkit.checking._registry import registry
+
+
+def check(exercise: str, fn):
+    return run_check(registry()[exercise], fn, seed=3, isolate=False, watch=False)
+
+
+def solution(exercise: str):
+    return registry()[exercise].solution
+
+
+def _scores_swapped(q, k):
+    return solution("scaled_scores")(q, k).transpose(-2, -1)
+
+
+def _scores_front_axes(q, k):
+    return q @ k.transpose(1, 2) / q.shape[-1] ** 0.5
+
+
+def _split_folded(x, num_heads):
+    out = solution("split_heads")(x, num_heads)
+    return out.reshape(-1, *out.shape[-2:])
+
+
+def _merge_view(x):
+    B, H, L, E = x.shape
+    return x.transpose(1, 2).view(B, L, H * E)
+
+
+def _window_int(n, window):
+    return solution("sliding_window_mask")(n, window).long()
+
+
+def _mha_wo_transposed(x, w_qkv, w_o, num_heads):
+    return solution("multi_head_attention")(x, w_qkv, w_o.mT, num_heads)
+
+
+def _ring_own_kv(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world):
+    res = solution("ring_step")(q, k_own, v_own, k_own, v_own, out, lse, rank, step, world)
+    return (*res[:2], k_held, v_held) if len(res) == 4 else res
+
+
+def _repeat_along_sequence(x, n_rep):
+    B, H, L, E = x.shape
+    return x.repeat_interleave(n_rep, dim=2).reshape(B, H * n_rep, L, E)
+
+
+def _causal_sees_next(n):
+    return torch.ones(n, n, dtype=torch.bool).tril(diagonal=1)
+
+
+def _window_forward(n, window):
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j >= i) & (j < i + window)
+
+
+CASES = [
+    ("scaled_scores", _scores_swapped, "axes_in_wrong_order", "(-1, -2)"),
+    ("scaled_scores", _scores_front_axes, "axes_counted_from_front", "from the end"),
+    ("split_heads", _split_folded, "axes_grouped_wrongly", "grouped into other axes"),
+    ("merge_heads", _merge_view, "view_of_non_contiguous", ".reshape"),
+    ("sliding_window_mask", _window_int, "right_values_wrong_dtype", "dtype int64"),
+    ("multi_head_attention", _mha_wo_transposed, "w_o_transposed", "`w_o` transposed"),
+    ("ring_step", _ring_own_kv, "k_own_used_for_k_held",
+     "`k_own` where `k_held` belongs, `v_own` where `v_held` belongs"),
+    ("repeat_kv", _repeat_along_sequence, "entries_misplaced", "in the wrong places"),
+    ("causal_mask", _causal_sees_next, "mask_edge_moved", "up to key i+1"),
+    ("sliding_window_mask", _window_forward, "mask_edge_moved", "points forward"),
+]
+
+
+@pytest.mark.parametrize("exercise, fn, mistake, says", CASES,
+                         ids=[f"{c[0]}-{c[2]}" for c in CASES])
+def test_a_slip_no_exercise_declares_is_named(exercise, fn, mistake, says):
+    result = check(exercise, fn)
+    assert not result.passed
+    assert result.mistake == mistake, result.message
+    assert says in result.message, result.message
+    assert "chapter" in result.message          # where to read about it
+
+
+def test_a_band_with_true_and_false_swapped_is_named_where_no_exercise_declares_it():
+    """Both mask exercises declare the inverted mask, so the band's polarity is tested alone."""
+    right = torch.ones(5, 7, dtype=torch.bool).tril(diagonal=2)      # bottom-right causal
+    run = SimpleNamespace(outcome=SimpleNamespace(value=~right), expected=right)
+    mistake, message = _explain_band([run], names=())
+    assert mistake == "mask_inverted" and "True and False swapped" in message
+    shifted = SimpleNamespace(outcome=SimpleNamespace(value=right.tril(diagonal=1)),
+                              expected=right)
+    mistake, message = _explain_band([shifted], names=())
+    assert mistake == "mask_edge_moved" and "stops 1 key early" in message, message
+    scattered = right.clone()
+    scattered[0, 4] = True                          # not a band: no hypothesis
+    odd = SimpleNamespace(outcome=SimpleNamespace(value=scattered), expected=right)
+    assert _explain_band([odd], names=()) is None
+
+
+def test_a_slip_no_hypothesis_explains_keeps_the_generic_verdict():
+    def shifted(q, k):
+        return solution("scaled_scores")(q, k) + 1.0
+    result = check("scaled_scores", shifted)
+    assert not result.passed and result.mistake == "wrong_values", result.message
+
+
+@pytest.mark.parametrize("exercise", ["scaled_scores", "split_heads", "merge_heads",
+                                      "repeat_kv", "causal_mask", "sliding_window_mask",
+                                      "ring_step", "multi_head_attention"])
+def test_the_reference_solution_still_passes(exercise):
+    assert check(exercise, solution(exercise)).passed
