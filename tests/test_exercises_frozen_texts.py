@@ -34,12 +34,12 @@ PASS_MESSAGES = {
                         "n=100, 12 heads, 2 bytes; n=7, 3 heads, 8 bytes.",
     "layer_flops": "All 4 cases passed: n=1000, d_model=512; n=8, d_model=64; n=3, d_model=5; "
                    "n=4096, d_model=768.",
-    "online_softmax_stats": "All 7 cases passed: rising maxima; max in the first block; "
+    "online_softmax_stats": "All 8 cases passed: rising maxima; max in the first block; "
                             "one block; float64, many blocks; large magnitudes; -inf entries; "
-                            "all entries negative.",
-    "flash_attention": "All 7 cases passed: L not a multiple of the block; batched heads; "
+                            "all entries negative; only -inf.",
+    "flash_attention": "All 8 cases passed: L not a multiple of the block; batched heads; "
                        "float64, block 7; large scores; block larger than L; "
-                       "L=256, default block; few queries, many keys.",
+                       "L=256, default block; few queries, many keys; every score far below 0.",
     "flash_backward": "All 6 cases passed: L != S, block 4; causal, batched heads; "
                       "float64, block 7; float64, causal, block 5; large scores; "
                       "L=256, causal, default block.",

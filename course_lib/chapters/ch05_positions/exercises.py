@@ -27,6 +27,11 @@ def _rope_cases(gen: torch.Generator) -> list[Case]:
         Case("one pair", (r(1, 9, 2), 2), note="E = 2, positions 2 ... 10"),
         Case("wide head", (r(1, 5, 32, dtype=torch.float64), 1000),
              note="E = 32, positions 1000 ... 1004: float32 angles are off by ~1e-4 here"),
+        # drawn last, so the cases above keep their values for every seed
+        Case("float16, offset 3000", (r(1, 4, 8, dtype=torch.float16), 3000),
+             note="positions 3000 ... 3003 of a float16 x: angles computed in float16 are off "
+                  "by whole radians (float16 steps by 2 above 2048); compute them in float32 "
+                  "or wider, then cast cos and sin to x's dtype"),
     ]
 
 
@@ -89,7 +94,18 @@ APPLY_ROPE = Exercise(
         "offset · θ_i (no turn at all when offset = 0).",
         "05_positions: Rotary position embeddings (RoPE)",
         ids={"+1": "positions_off_by_one", "-1": "positions_off_by_one",
-             "+2": "position_offset"}),),
+             "+2": "position_offset"}),
+        choice_probe(
+            "angles_dtype", lambda dtype, x, offset=0, base=10000.0: _rope_with(
+                x, offset, base, angles=x.dtype if dtype == "x" else dtype),
+            {"x": "x", "float32": torch.float32},
+            {"x": "RoPE with its positions and angles computed in x's own dtype",
+             "float32": "RoPE with its angles computed in float32"},
+            "Compute the positions and angles m·θ_i in float64 (or at least float32: float16 "
+            "steps by 2 above position 2048 and by 32 above 32768), take cos and sin there, and "
+            "cast only cos and sin to x's dtype.",
+            "05_positions: Rotary position embeddings (RoPE)",
+            ids={"x": "angles_in_input_dtype", "float32": "float32_angles"}),),
     solution=apply_rope,
     # float64: a float64 RoPE is exact to ~1e-13 even at position 1000, while a float32 step
     # anywhere (angles, cos/sin) costs ~1e-7 relative. The default rtol 1e-6 sat between the

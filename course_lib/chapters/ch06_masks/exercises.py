@@ -11,7 +11,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
-from course_lib.toolkit.checking._probes import scale_probe
+from course_lib.toolkit.checking._probes import choice_probe, scale_probe
 
 # --------------------------------------------------------------------------- causal_mask
 
@@ -218,6 +218,12 @@ def _ma_unstable(q, k, v, mask, *, guard=True):
     return (e / (torch.where(z == 0, torch.ones_like(z), z) if guard else z)) @ v
 
 
+def _ma_softmax_over(axis, q, k, v, mask):
+    """Masked attention with its softmax over ``axis`` (-2: over the queries)."""
+    scores = _scores(q.double(), k.double()).masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=axis).nan_to_num(0.0).to(q.dtype) @ v
+
+
 def _ma_no_scaling(q, k, v, mask):
     return _safe((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))) @ v
 
@@ -239,7 +245,14 @@ MASKED_ATTENTION = Exercise(
         {"1/√S": lambda q, k, *a: k.shape[-2] ** -0.5, "1/√L": lambda q, *a: q.shape[-2] ** -0.5,
          "1/E": lambda q, *a: 1 / q.shape[-1], "1": lambda *a: 1.0},
         "1/√E", "Scale the scores by 1/√E, E = q.shape[-1] (the width of a query), before "
-        "masking.", "02_scaling: The math: Var(q · k) = E"),),
+        "masking.", "02_scaling: The math: Var(q · k) = E"),
+        choice_probe(
+            "softmax_axis", _ma_softmax_over, {"queries": -2},
+            {"queries": "masked attention whose softmax runs over the queries (dim=-2), so "
+                        "each key's column sums to 1, not each query's row"},
+            "Each query distributes its attention over the keys: softmax over the last axis "
+            "(dim=-1), the keys, so that every row of weights sums to 1.",
+            "03_softmax: The math", ids={"queries": "softmax_over_queries"}),),
     solution=masked_attention,
     forbidden=("sdpa",),
     hints=(

@@ -12,6 +12,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake, OnceIterator
+from course_lib.toolkit.checking._probes import choice_probe
 from course_lib.toolkit.checking._spec import HELD_BLOCKS, CallExtension
 
 # --------------------------------------------------------------------------- online softmax
@@ -69,6 +70,9 @@ def _stats_cases(gen: torch.Generator) -> list[Case]:
         Case("all entries negative", (OnceIterator([-r(4).abs() - 1.0, -r(3).abs() - 0.5,
                                                     -r(5).abs() - 2.0], HOLD),),
              note="every entry is below 0, so is the maximum"),
+        Case("only -inf", (OnceIterator([torch.full((3,), float("-inf")),
+                                         torch.full((2,), float("-inf"))], HOLD),),
+             note="every entry is -inf (a row whose keys are all masked): m = -inf, ℓ = 0"),
     ]
 
 
@@ -76,6 +80,8 @@ def _stats_oracle(blocks):
     x = torch.cat([b.double() for b in blocks])
     m = x.max()
     dtype = torch.float64 if all(b.dtype == torch.float64 for b in blocks) else torch.float32
+    if m == float("-inf"):                 # nothing to sum (and -inf - -inf would be NaN)
+        return m.to(dtype), torch.zeros((), dtype=dtype)
     return m.to(dtype), torch.exp(x - m).sum().to(dtype)
 
 
@@ -166,8 +172,20 @@ def _stats_lse(blocks):
 
 def _stats_max_from_zero(blocks):
     """The running maximum started at 0 instead of -inf: right whenever the maximum is >= 0."""
+    return _stats_from(0.0, blocks)
+
+
+#: finite stand-ins for -inf that a learner may start the running maximum from
+_FINITE_STARTS = {"-1e4": -1e4, "-1e9": -1e9, "-1e20": -1e20, "-1e30": -1e30, "-1e38": -1e38,
+                  "the lowest float32": float(torch.finfo(torch.float32).min),
+                  "the lowest float64": float(torch.finfo(torch.float64).min)}
+
+
+def _stats_from(start: float, blocks):
+    """The online statistics with the running maximum started at ``start`` instead of -inf."""
     blocks = list(blocks)
-    m, l = torch.tensor(0.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    m = torch.tensor(start, dtype=torch.float64)
+    l = torch.tensor(0.0, dtype=torch.float64)
     for b in blocks:
         b = b.double()
         m_new = torch.maximum(m, b.max())
@@ -244,6 +262,15 @@ ONLINE_SOFTMAX_STATS = Exercise(
         Mistake("returned_lse", "Your second output is the log-sum-exp m + log(l), not l: "
                 "return l = Σ exp(x − m) itself.", _stats_lse),
     ),
+    probes=(
+        choice_probe(
+            "finite_start", _stats_from, _FINITE_STARTS,
+            {k: f"the statistics with the running maximum started at {k} instead of -inf "
+                f"(on a stream of only -inf, m stays {k})" for k in _FINITE_STARTS},
+            "m is the maximum of the entries, and the maximum of only -inf entries is -inf: "
+            "start from m = -inf (and l = 0), and skip a block while m_new is still -inf.",
+            "08_flash: The online softmax, step by step", ids={}),
+    ),
 )
 
 # --------------------------------------------------------------------------- flash attention
@@ -275,6 +302,12 @@ def _flash_cases(gen: torch.Generator) -> list[Case]:
              note="16 queries, 4096 keys: no tensor with 64² elements, not even one row of "
                   "scores; only key blocks with a running max and sum fit",
              max_square=64),
+        # drawn last, so the cases above keep their values for every seed
+        Case("every score far below 0", (r(1, 2, 12, 4).abs() * 6 + 6,
+                                         -(r(1, 2, 12, 4).abs() * 6 + 6),
+                                         r(1, 2, 12, 4), 4),
+             note="queries and keys point opposite ways: every score is below -100, where "
+                  "exp(s) underflows to 0 unless the running max starts at -inf"),
     ]
 
 
@@ -304,18 +337,20 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=True,
-           scaled=True, shift=True, block_max=False, normalise_each=False):
+           scaled=True, shift=True, block_max=False, normalise_each=False,
+           m_start=float("-inf")):
     """A float64 model of the solution with one mistake switched on (in the inputs' dtype where
     the mistake is an overflow). ``block_max``: each block re-based to its own maximum, not the
     running one (exact, until exp(m_old − m_block) overflows); ``normalise_each``: O divided by
-    the running ℓ after every block, then only re-based by α (no final division)."""
+    the running ℓ after every block, then only re-based by α (no final division); ``m_start``:
+    the running max's first value (0: an underflow, in the inputs' dtype)."""
     dtype = q.dtype
-    # an overflow must happen in the inputs' dtype
-    work = dtype if not shift or block_max else torch.float64
+    # an overflow (or underflow) must happen in the inputs' dtype
+    work = dtype if not shift or block_max or m_start != float("-inf") else torch.float64
     q, k, v = q.to(work), k.to(work), v.to(work)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scaled else 1.0
     N = k.shape[-2]
-    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    m = torch.full(q.shape[:-1] + (1,), m_start, dtype=q.dtype)
     l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
     acc = torch.zeros_like(q)
     for start in range(0, N, block_size):
@@ -332,6 +367,30 @@ def _flash(q, k, v, block_size=64, *, rescale_l=True, rescale_acc=True, divide=T
         m = m_new
     return (acc / l if divide and not normalise_each else acc).to(dtype)
 
+
+def _flash_blocks(rule, q, k, v, block_size=64):
+    """Attention over key blocks with the blocks combined by ``rule``: ``"drop_tail"`` (the last,
+    partial block left out), ``"sum"`` / ``"mean"`` (each block's own softmax output, added or
+    averaged: no running max or sum across blocks), ``"zero_start"`` (the running max starting
+    at 0, in the inputs' dtype)."""
+    if rule == "zero_start":
+        return _flash(q, k, v, block_size, m_start=0.0)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    S = k.shape[-2]
+    if rule == "drop_tail":
+        full = S - S % block_size
+        if full in (0, S):
+            raise ValueError("no partial block to drop")
+        return reference.scaled_dot_product_attention(q64, k64[..., :full, :],
+                                                      v64[..., :full, :]).to(q.dtype)
+    outs = [reference.scaled_dot_product_attention(q64, k64[..., j:j + block_size, :],
+                                                   v64[..., j:j + block_size, :])
+            for j in range(0, S, block_size)]
+    total = torch.stack(outs).sum(0)
+    return (total if rule == "sum" else total / len(outs)).to(q.dtype)
+
+
+_FLASH_SECTION = "08_flash: The online softmax, step by step"
 
 FLASH_ATTENTION = Exercise(
     id="flash_attention",
@@ -383,6 +442,25 @@ FLASH_ATTENTION = Exercise(
                 "(O = (α·ℓ_old·O + P V)/ℓ_new). Simpler: keep O unnormalised (O = α·O + P V) and "
                 "divide by ℓ once, at the end.",
                 lambda q, k, v, b=64: _flash(q, k, v, b, normalise_each=True)),
+    ),
+    probes=(
+        choice_probe(
+            "blocks_combined", _flash_blocks,
+            {k: k for k in ("drop_tail", "sum", "mean", "zero_start")},
+            {"drop_tail": "attention over every key but those of the last, partial block "
+                          "(S is not a multiple of block_size)",
+             "sum": "the sum of each key block's own attention output, each normalised by its "
+                    "own sum",
+             "mean": "the mean of each key block's own attention output, each normalised by "
+                     "its own sum",
+             "zero_start": "the online softmax with its running max starting at 0: where "
+                           "every score is far below 0, exp underflows to 0 and 0 / 0 is NaN"},
+            "One softmax runs over all S keys: loop over every block, the last one shorter when "
+            "S is not a multiple of block_size (range(0, S, block_size) and slicing do that), "
+            "carry the running max m (from -inf) and sum ℓ across blocks, rescale by "
+            "α = exp(m - m_new), and divide by ℓ once at the end.", _FLASH_SECTION,
+            ids={"drop_tail": "last_block_dropped", "sum": "blocks_not_merged",
+                 "mean": "blocks_not_merged", "zero_start": "max_starts_at_zero"}),
     ),
 )
 

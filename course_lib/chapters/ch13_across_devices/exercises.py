@@ -105,6 +105,13 @@ def _merge_rule(rule, out_a, lse_a, out_b, lse_b):
         out = out_a + out_b
     elif how_out == "mean":
         out = (out_a + out_b) / 2
+    elif how_out == "ratio":
+        total = (lse_a + lse_b).unsqueeze(-1)
+        out = lse_a.unsqueeze(-1) / total * out_a + lse_b.unsqueeze(-1) / total * out_b
+    elif how_out == "unnormalised":
+        top = torch.maximum(lse_a, lse_b).unsqueeze(-1)
+        out = (torch.exp(lse_a.unsqueeze(-1) - top) * out_a
+               + torch.exp(lse_b.unsqueeze(-1) - top) * out_b)
     m = torch.maximum(lse_a, lse_b)
     if how_lse == "max":
         lse = m
@@ -112,19 +119,26 @@ def _merge_rule(rule, out_a, lse_a, out_b, lse_b):
         lse = lse_a + lse_b
     elif how_lse == "no_m":
         lse = lse - m.masked_fill(m == _NEG_INF, 0.0)
+    elif how_lse == "empty_zero":
+        lse = lse.masked_fill(m == _NEG_INF, 0.0)
     return out, lse
 
 
 _MERGE_OUT = {"lse": "weighted by e^{lse - lse_new}", "swapped": "out_a weighted by out_b's "
               "share and out_b by out_a's", "keep_larger": "the partial with the larger lse",
-              "sum": "out_a + out_b", "mean": "(out_a + out_b) / 2"}
+              "sum": "out_a + out_b", "mean": "(out_a + out_b) / 2",
+              "ratio": "weighted by lse_a / (lse_a + lse_b), the lse values taken as sums",
+              "unnormalised": "weighted by e^{lse_a - m} and e^{lse_b - m} (m = max(lse_a, "
+                              "lse_b)), never divided by their sum"}
 _MERGE_LSE = {"right": "logaddexp(lse_a, lse_b)", "max": "max(lse_a, lse_b)",
               "sum": "lse_a + lse_b", "no_m": "log(e^{lse_a - m} + e^{lse_b - m}) without m "
-              "added back"}
+              "added back", "empty_zero": "logaddexp(lse_a, lse_b) but 0 (not -inf) in a row "
+              "that saw no key in either block"}
 _MERGE_CHOICES = {f"{o}/{lse}": (o, lse) for o in _MERGE_OUT for lse in _MERGE_LSE
                   if (o, lse) != ("lse", "right")}
 _MERGE_IDS = {k: {"swapped": "weights_swapped", "keep_larger": "keeps_larger",
-                  "sum": "no_rescale", "mean": "no_rescale",
+                  "sum": "no_rescale", "mean": "no_rescale", "ratio": "probability_space",
+                  "unnormalised": "weights_not_normalised", "empty_zero": "empty_rows_lse",
                   "max": "lse_max", "sum_lse": "lse_summed", "no_m": "lse_without_max"}[
                   o if o != "lse" else ("sum_lse" if lse == "sum" else lse)]
               for k, (o, lse) in _MERGE_CHOICES.items()}
@@ -244,17 +258,23 @@ def ring_step(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world):
 
 def _step(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world, *, diagonal=0,
           future=False, send_own=False, reverse=False, no_diagonal_mask=False, past=True,
-          factor=None, rule="lse", inverted=False):
+          factor=None, rule="lse", inverted=False, upper=False, skip_diagonal=False,
+          past_causal=False):
     """The solution with one thing changed: the diagonal's mask (``diagonal``, none,
-    ``inverted``), which blocks are attended (``past``, ``future``), the source's direction,
+    ``inverted``, the ``upper`` triangle, the block skipped), which blocks are attended
+    (``past``, ``future``) and whether earlier blocks are masked too, the source's direction,
     the scale ``factor``, the merge ``rule`` (:data:`_RULES`), what is sent on."""
     source = ((rank + step) if reverse else (rank - step)) % world
     part = None
+    c = q.shape[-2]
     if (past and source < rank) or (future and source > rank):
-        part = _partial(q, k_held, v_held, scale=factor)
-    elif source == rank:
-        c = q.shape[-2]
+        tri = torch.ones(c, c, dtype=torch.bool).tril() if past_causal and source < rank \
+            else None
+        part = _partial(q, k_held, v_held, tri, scale=factor)
+    elif source == rank and not skip_diagonal:
         mask = None if no_diagonal_mask else torch.ones(c, c, dtype=torch.bool).tril(diagonal)
+        if upper:
+            mask = torch.ones(c, c, dtype=torch.bool).triu()
         if inverted:
             mask = ~mask
         part = _partial(q, k_held, v_held, mask, scale=factor)
@@ -341,37 +361,46 @@ RING_STEP = Exercise(
         choice_probe(
             "diagonal_mask", lambda change, *a: _step(*a, **change),
             {"-1": {"diagonal": -1}, "+1": {"diagonal": 1}, "none": {"no_diagonal_mask": True},
-             "inverted": {"inverted": True}},
+             "inverted": {"inverted": True}, "upper": {"upper": True},
+             "skipped": {"skip_diagonal": True}},
             {"-1": "a ring step whose diagonal block hides each token from itself "
                    "(tril(-1): the first row sees no key)",
              "+1": "a ring step whose diagonal block lets each token see the next one "
                    "(tril(1))",
              "none": "a ring step that attends to the whole diagonal block, unmasked",
              "inverted": "a ring step whose diagonal block is masked the other way round "
-                         "(True where a key is hidden: the future kept, the past hidden)"},
+                         "(True where a key is hidden: the future kept, the past hidden)",
+             "upper": "a ring step whose diagonal block keeps the upper triangle (triu(): "
+                      "each token sees itself and the tokens after it, not those before)",
+             "skipped": "a ring step that skips its own (diagonal) block as if it were in "
+                        "the future"},
             "On its own keys (step 0) query i of the block may see keys j <= i, itself "
             "included: mask the diagonal block with tril() of a (c, c) block of ones, True "
             "where a key may be seen.", _RING_SECTION,
             ids={"-1": "diagonal_off_by_one", "+1": "diagonal_off_by_one",
-                 "none": "diagonal_unmasked", "inverted": "diagonal_mask_inverted"}),
+                 "none": "diagonal_unmasked", "inverted": "diagonal_mask_inverted",
+                 "upper": "diagonal_mask_inverted", "skipped": "diagonal_skipped"}),
         choice_probe(
             "blocks", lambda change, *a: _step(*a, **change),
             # the cases cannot tell a reversed source from skipped past blocks on every seed:
             # the reversed source (the likelier slip of the ring's direction) is tried first
             {"reversed": {"reverse": True}, "no_past": {"past": False},
-             "future": {"future": True}, "no_past_future": {"past": False, "future": True}},
+             "future": {"future": True}, "no_past_future": {"past": False, "future": True},
+             "past_masked": {"past_causal": True}},
             {"no_past": "a ring step that skips the blocks from earlier ranks",
              "future": "a ring step that also attends to blocks from later ranks",
              "no_past_future": "a ring step that attends to later ranks' blocks instead of "
                                "earlier ones",
-             "reversed": "a ring step whose held block came from rank (r + t) mod W"},
+             "reversed": "a ring step whose held block came from rank (r + t) mod W",
+             "past_masked": "a ring step that masks an earlier rank's block with the causal "
+                            "triangle too, though every key there is in the past"},
             "At step t rank r holds the block of rank (r - t) mod W. A block from an earlier "
             "rank is entirely in the past (attend to all of it), your own is the diagonal "
             "(causal mask), one from a later rank is entirely in the future (skip it).",
             _RING_SECTION,
             ids={"no_past": "past_block_skipped", "future": "future_block_attended",
                  "no_past_future": "source_compared_backwards",
-                 "reversed": "source_reversed"}),
+                 "reversed": "source_reversed", "past_masked": "past_block_masked"}),
         choice_probe(
             "merge_rule", lambda rule, *a: _step(*a, rule=rule),
             {k: k for k in ("sum", "mean", "replace", "out_only", "lse_max", "lse_sum")},
