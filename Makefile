@@ -144,8 +144,9 @@ book-force:
 	$(MAKE) book
 
 # Headless Debian Chromium against _build/html; skips (fails under CI=true) without Chromium.
+# Two workers, each with its own Chromium and server (a page's layout and axe run on one core).
 browser: book
-	$(BIN)/pytest tests/browser -q -rs -p no:cacheprovider
+	$(SHARED_CORES) $(BIN)/pytest tests/browser -q -rs -p no:cacheprovider -n 2 --durations=10
 
 # The guard fails the run if anything wrote to the learner's progress record (~/.course_lib).
 guard-snapshot: install

@@ -1,7 +1,8 @@
 """How well the exercise checkers name the mistakes of a blind corpus (issue 51's acceptance).
 
-Runs every submission of ``tests/learner_corpus_blind.py`` (written without reading the declared
-mistakes) through ``exercises.check`` and prints, per exercise, a markdown table: wrong
+Runs every submission of ``tests/learner_corpus_blind.py`` (or, with ``--corpus``, of
+``tests/learner_corpus_blind2.py``, written later for the same measure; both written without
+reading the declared mistakes) through ``exercises.check`` and prints, per exercise, a markdown table: wrong
 submissions, how many got a named diagnosis (a specific mistake id, not one of the generic
 verdicts in :data:`GENERIC`), how many did not, false accepts (a wrong one passed) and false
 rejects (a right one failed); then the total share named and the list of false accepts, false
@@ -37,11 +38,15 @@ def is_named(mistake: str | None) -> bool:
     return bool(mistake) and mistake not in GENERIC
 
 
-def run(exercise_ids: list[str] | None = None, seed: int | None = None) -> list[dict]:
-    """Check every corpus entry (of the given exercises); one row per entry."""
+def run(exercise_ids: list[str] | None = None, seed: int | None = None,
+        corpus_name: str = "learner_corpus_blind") -> list[dict]:
+    """Check every entry of the corpus module ``tests/<corpus_name>.py`` (of the given
+    exercises); one row per entry."""
+    import importlib
+
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
-    import learner_corpus_blind as corpus
+    corpus = importlib.import_module(corpus_name)
 
     from course_lib import exercises
 
@@ -138,11 +143,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--exercise", nargs="*", help="only these exercise ids")
     parser.add_argument("--seed", type=int, nargs="*", default=None,
                         help="fix the generated cases (several: compare the seeds)")
+    parser.add_argument("--corpus", default="learner_corpus_blind",
+                        choices=["learner_corpus_blind", "learner_corpus_blind2"],
+                        help="which blind corpus of tests/ (blind2: written for issue 51's "
+                             "acceptance, after the checkers' fifth pass was tuned on the first)")
     args = parser.parse_args(argv)
     os.environ.setdefault("COURSE_LIB_PROGRESS",
                           str(Path(tempfile.mkdtemp(prefix="blind_corpus_")) / "progress"))
     seeds = args.seed or [None]
-    runs = {seed: run(args.exercise, seed) for seed in seeds}
+    runs = {seed: run(args.exercise, seed, args.corpus) for seed in seeds}
     print(table(runs[seeds[0]]))
     if len(seeds) > 1:
         print(stability(runs))
