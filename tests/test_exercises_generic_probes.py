@@ -128,3 +128,85 @@ def test_a_slip_no_hypothesis_explains_keeps_the_generic_verdict():
                                       "ring_step", "multi_head_attention"])
 def test_the_reference_solution_still_passes(exercise):
     assert check(exercise, solution(exercise)).passed
+
+
+# --------------------------------------------------------------------------- issue 51's new labels
+def _alibi_c1(H, L, S):
+    slopes = 2.0 ** (-torch.arange(1, H + 1, dtype=torch.float64) / H)
+    rel = torch.arange(S)[None, :] - torch.arange(S - L, S)[:, None]
+    return (slopes[:, None, None] * rel).float()
+
+
+def _rope_twice(x, offset=0, base=10000.0):
+    once = solution("apply_rope")
+    return once(once(x, offset, base), offset, base)
+
+
+def _gate_added(attn, x, w_gate, w_out):
+    return (attn + torch.sigmoid(x @ w_gate.T)) @ w_out.T
+
+
+def _flash_drop_tail(q, k, v, block_size=64):
+    full = k.shape[-2] - k.shape[-2] % block_size
+    if full in (0, k.shape[-2]):
+        return solution("flash_attention")(q, k, v, block_size)
+    return solution("flash_attention")(q, k[..., :full, :], v[..., :full, :], block_size)
+
+
+def _stats_from_minus_1e30(blocks):
+    m, ell = torch.tensor(-1e30), torch.tensor(0.0)
+    for b in blocks:
+        m_new = torch.maximum(m, b.max())
+        ell = ell * torch.exp(m - m_new) + torch.exp(b - m_new).sum()
+        m = m_new
+    return m, ell
+
+
+def _masked_over_queries(q, k, v, mask):
+    s = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-2).nan_to_num(0.0) @ v
+
+
+def _ring(**change):
+    def ring_step(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world):
+        from course_lib.attention import merge
+        source = (rank - step) % world
+        c = q.shape[-2]
+        tril = torch.ones(c, c, dtype=torch.bool).tril()
+        if source > rank or (source == rank and change.get("skip")):
+            return out, lse, k_held, v_held
+        if source == rank:
+            mask = tril.T if change.get("upper") else tril
+        else:
+            mask = tril if change.get("past_masked") else None
+        out, lse = merge.merge_partials(out, lse, *merge.partial_attention(q, k_held, v_held,
+                                                                           mask))
+        return out, lse, k_held, v_held
+    return ring_step
+
+
+def _scores_as_weights(q, k):
+    return torch.softmax(solution("scaled_scores")(q, k), dim=-1)
+
+
+LABELS = [
+    ("alibi_bias", _alibi_c1, "slopes_exponent", "times 0.125"),
+    ("apply_rope", _rope_twice, "rotated_twice", "2·m·θ_i"),
+    ("gated_attention", _gate_added, "gate_rule", "added to the heads' output"),
+    ("flash_attention", _flash_drop_tail, "last_block_dropped", "last, partial block"),
+    ("online_softmax_stats", _stats_from_minus_1e30, "finite_start", "started at -1e30"),
+    ("masked_attention", _masked_over_queries, "softmax_over_queries", "over the queries"),
+    ("ring_step", _ring(upper=True), "diagonal_mask_inverted", "upper triangle"),
+    ("ring_step", _ring(skip=True), "diagonal_skipped", "skips its own"),
+    ("ring_step", _ring(past_masked=True), "past_block_masked", "earlier rank's block"),
+    ("scaled_scores", _scores_as_weights, "softmax_applied", "softmax (over the last axis)"),
+]
+
+
+@pytest.mark.parametrize("exercise, fn, mistake, says", LABELS,
+                         ids=[f"{c[0]}-{c[2]}" for c in LABELS])
+def test_the_new_probe_labels_name_their_slip(exercise, fn, mistake, says):
+    result = check(exercise, fn)
+    assert not result.passed
+    assert result.mistake == mistake, result.message
+    assert says in result.message, result.message

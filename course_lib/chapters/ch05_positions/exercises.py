@@ -10,7 +10,7 @@ import torch
 
 from course_lib.attention import positions
 from course_lib.toolkit.checking import Case, Exercise, Mistake
-from course_lib.toolkit.checking._probes import choice_probe
+from course_lib.toolkit.checking._probes import Probe, choice_probe
 
 # --------------------------------------------------------------------------- apply_rope
 
@@ -33,6 +33,15 @@ def _rope_cases(gen: torch.Generator) -> list[Case]:
                   "by whole radians (float16 steps by 2 above 2048); compute them in float32 "
                   "or wider, then cast cos and sin to x's dtype"),
     ]
+
+
+def _rope_times(times: int, x: torch.Tensor, offset: int = 0,
+                base: float = 10000.0) -> torch.Tensor:
+    """RoPE applied ``times`` times (in float64): each pair turned by times·m·θ_i."""
+    out = x.double()
+    for _ in range(times):
+        out = positions.apply_rope(out, offset=offset, base=base)
+    return out.to(x.dtype)
 
 
 def _rope_oracle(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
@@ -105,7 +114,14 @@ APPLY_ROPE = Exercise(
             "steps by 2 above position 2048 and by 32 above 32768), take cos and sin there, and "
             "cast only cos and sin to x's dtype.",
             "05_positions: Rotary position embeddings (RoPE)",
-            ids={"x": "angles_in_input_dtype", "float32": "float32_angles"}),),
+            ids={"x": "angles_in_input_dtype", "float32": "float32_angles"}),
+        choice_probe(
+            "rotated_twice", lambda times, x, offset=0, base=10000.0: _rope_times(
+                times, x, offset, base), {"twice": 2},
+            {"twice": "RoPE applied twice: each vector turned by 2·m·θ_i"},
+            "Turn each pair once, by m·θ_i: apply the rotation a single time (a vector "
+            "already rotated must not be rotated again).",
+            "05_positions: Rotary position embeddings (RoPE)", ids={"twice": "rotated_twice"}),),
     solution=apply_rope,
     # float64: a float64 RoPE is exact to ~1e-13 even at position 1000, while a float32 step
     # anywhere (angles, cos/sin) costs ~1e-7 relative. The default rtol 1e-6 sat between the
@@ -200,6 +216,21 @@ def _alibi_with(H, L, S, *, slopes=None, rel="j-i", align=True, causal=False):
     return bias.masked_fill(j > i, float("-inf")) if causal else bias
 
 
+def _alibi_exponent(c: float, H: int, L: int, S: int) -> torch.Tensor:
+    """ALiBi with slopes 2^(-c·(h+1)/H): c = 8 is the paper's (Press et al., 2022)."""
+    h = torch.arange(1, H + 1, dtype=torch.float64)
+    i = torch.arange(S - L, S, dtype=torch.float64)[:, None]
+    j = torch.arange(S, dtype=torch.float64)[None, :]
+    return ((2.0 ** (-c * h / H))[:, None, None] * (j - i)).to(torch.float32)
+
+
+_ALIBI_SLOPES = Probe(
+    "slopes_exponent", _alibi_exponent, lambda *a: {"right": 8.0},
+    lambda label: "ALiBi with slopes 2^(-c·(h+1)/H) for a c other than 8",
+    "Head h (h = 0 … H-1) has slope m_h = 2^(-8(h+1)/H): the exponent's factor is 8 (for "
+    "H = 8 heads the slopes are 1/2, 1/4, …, 1/256).",
+    "05_positions: ALiBi: a bias on the scores", fit_scale=True)
+
 ALIBI_BIAS = Exercise(
     id="alibi_bias",
     chapter="05_positions",
@@ -208,6 +239,7 @@ ALIBI_BIAS = Exercise(
     params=("H", "L", "S"),
     cases=_alibi_cases,
     oracle=_alibi_oracle,
+    probes=(_ALIBI_SLOPES,),
     solution=alibi_bias,
     hints=(
         "Head h has slope m_h = 2^(-8(h+1)/H) (h = 0 ... H-1; H is a power of two here). The "

@@ -539,6 +539,12 @@ def _mla(q_nope, q_rope, c_new, k_rope_new, c_cache, k_rope_cache, w_kv_b, cos, 
     if layout == "per_head":
         w = w_kv_b.view(H, N + V, rank)
         w_uk, w_uv = w[:, :N], w[:, N:]
+    elif layout == "values_first":              # each head's W_UV rows taken first
+        w = w_kv_b.view(H, N + V, rank)
+        w_uv, w_uk = w[:, :V], w[:, V:]
+    elif layout == "heads_inner":               # read as (N + V, H, r): heads the middle axis
+        w = w_kv_b.view(N + V, H, rank).transpose(0, 1)
+        w_uk, w_uv = w[:, :N], w[:, N:]
     else:                                       # all heads' W_UK rows, then all W_UV rows
         w_uk, w_uv = w_kv_b[:H * N].view(H, N, rank), w_kv_b[H * N:].view(H, V, rank)
     if swap:
@@ -669,5 +675,20 @@ MLA_ABSORBED_STEP = Exercise(
             {"queries": "attention whose softmax runs over the queries (dim -2)"},
             "Each query's weights over its S keys must sum to 1: softmax over the last dim.",
             _MLA_SECTION, ids={"queries": "softmax_over_queries"}),
+        choice_probe(
+            "w_kv_b_layout", lambda layout, *a: _mla(*a, layout=layout),
+            {"values_first": "values_first", "heads_inner": "heads_inner",
+             "stacked": "keys_then_values"},
+            {"values_first": "attention with each head's W_UV read from the first V rows of "
+                             "its block of w_kv_b and W_UK from the last N",
+             "heads_inner": "attention with w_kv_b read as (N + V, H, r), the heads as the "
+                            "middle axis",
+             "stacked": "attention with w_kv_b read as all heads' W_UK rows, then all heads' "
+                        "W_UV rows"},
+            "w_kv_b is (H·(N+V), r), head by head: view it as (H, N + V, r); in each head's "
+            "block the first N rows are W_UK (keys) and the last V rows W_UV (values).",
+            _MLA_SECTION, ids={"values_first": "w_kv_b_split_wrong",
+                               "heads_inner": "w_kv_b_split_wrong",
+                               "stacked": "w_kv_b_split_wrong"}),
     ),
 )

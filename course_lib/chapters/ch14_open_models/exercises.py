@@ -172,11 +172,18 @@ def _gate_rule(rule, attn, x, w_gate, w_out):
            "1-sigmoid": lambda t: 1 - torch.sigmoid(t)}[how]
     if where == "after":
         return (attn @ w_out.T) * act(z)
+    if where == "added":
+        return (attn + act(z)) @ w_out.T
+    if where == "act_first":
+        return (attn * (act(x) @ w_gate.T)) @ w_out.T
     return (attn * act(z)) @ w_out.T
 
 
 _GATE_WHERE = {"before": "the gate applied before W_o", "after": "the gate applied after W_o",
-               "from_attn": "the gate computed from the attention output, not from x"}
+               "from_attn": "the gate computed from the attention output, not from x",
+               "added": "the gate added to the heads' output instead of multiplying it",
+               "act_first": "the activation applied to x before the gate's projection, "
+                            "act(x) W_gᵀ"}
 _GATE_HOW = {"sigmoid": "σ", "silu": "SiLU", "none": "no activation", "tanh": "tanh",
              "1-sigmoid": "1 − σ"}
 _GATE_CHOICES = {f"{w}/{h}": (w, h) for w in _GATE_WHERE for h in _GATE_HOW

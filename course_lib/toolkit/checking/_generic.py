@@ -25,7 +25,7 @@ from ._probes import Fitted, Tol, _tensors, differs, loosely_same
 #: the ids these hypotheses report (besides ``<weight>_transposed`` and ``<a>_used_for_<b>``)
 NAMED_IDS = frozenset({"axes_in_wrong_order", "axes_grouped_wrongly", "right_values_wrong_dtype",
                        "view_of_non_contiguous", "axes_counted_from_front", "entries_misplaced",
-                       "mask_edge_moved", "mask_inverted"})
+                       "mask_edge_moved", "mask_inverted", "softmax_applied"})
 
 
 def is_generic_id(mistake: str | None, params: Sequence[str] = ()) -> bool:
@@ -242,6 +242,20 @@ def _explains_all(failing: Sequence[Any], model: Callable[[tuple[Any, ...]], Any
     return True
 
 
+def _softmax_of_right(failing: Sequence[Any], tol: Tol) -> bool:
+    """Every failing output is the softmax, over its last axis, of the right one."""
+    for r in failing:
+        x, y = r.outcome.value, r.expected
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) \
+                or not y.is_floating_point() or y.dim() == 0 or x.shape != y.shape:
+            return False
+        hyp = torch.softmax(y.detach().double(), dim=-1).to(y.dtype)
+        same, compared = loosely_same(x, hyp, tol)
+        if not same or not compared or not differs(y, hyp, tol, x):
+            return False
+    return True
+
+
 def _rearranged(x: Any, y: Any, tol: Tol) -> bool:
     """``x`` holds exactly ``y``'s entries (as a multiset) in other places."""
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape \
@@ -329,6 +343,12 @@ def explain_values(ex: Any, runs: Sequence[Any], tol: Tol,
             return Fitted(f"{params[j]}_used_for_{params[i]}", (
                 f"Your output equals the right computation with {used}. Each input has its "
                 f"own role in the statement: use `{params[i]}` there. {where}"))
+    # The softmax of the right answer (scores returned as weights).
+    if _softmax_of_right(failing, tol):
+        return Fitted("softmax_applied", (
+            "Your output equals the softmax (over the last axis) of the right answer: you "
+            "went one step further than the exercise, which returns the values before any "
+            f"softmax. Return them as they are. {where}"))
     # A boolean mask that is a band of other edges (or the band with True and False swapped).
     band = _explain_band(failing, names=tuple(ex.output_names))
     if band is not None:
