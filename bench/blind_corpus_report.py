@@ -1,8 +1,9 @@
 """How well the exercise checkers name the mistakes of a blind corpus (issue 51's acceptance).
 
-Runs every submission of ``tests/learner_corpus_blind.py`` (or, with ``--corpus``, of
-``tests/learner_corpus_blind2.py``, written later for the same measure; both written without
-reading the declared mistakes) through ``exercises.check`` and prints, per exercise, a markdown table: wrong
+Runs every submission of a blind corpus (``tests/learner_corpus_blind.py``, or with ``--corpus``
+``learner_corpus_blind2.py`` / ``learner_corpus_blind3.py``, each written later by another
+author; all without reading the declared mistakes) through ``exercises.check`` and prints, per
+exercise, a markdown table: wrong
 submissions, how many got a named diagnosis (a specific mistake id, not one of the generic
 verdicts in :data:`GENERIC`), how many did not, false accepts (a wrong one passed) and false
 rejects (a right one failed); then the total share named and the list of false accepts, false
@@ -144,9 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, nargs="*", default=None,
                         help="fix the generated cases (several: compare the seeds)")
     parser.add_argument("--corpus", default="learner_corpus_blind",
-                        choices=["learner_corpus_blind", "learner_corpus_blind2"],
-                        help="which blind corpus of tests/ (blind2: written for issue 51's "
-                             "acceptance, after the checkers' fifth pass was tuned on the first)")
+                        choices=[f"learner_corpus_blind{n}" for n in ("", "2", "3")],
+                        help="which blind corpus of tests/ (blind2: written for issue 51; "
+                             "blind3: its final measure, read only after the checkers' changes)")
     args = parser.parse_args(argv)
     os.environ.setdefault("COURSE_LIB_PROGRESS",
                           str(Path(tempfile.mkdtemp(prefix="blind_corpus_")) / "progress"))

@@ -189,6 +189,58 @@ def _scores_as_weights(q, k):
     return torch.softmax(solution("scaled_scores")(q, k), dim=-1)
 
 
+def _scores_width_from_axis_1(q, k):
+    return q @ k.transpose(-2, -1) / q.shape[1] ** 0.5
+
+
+def _softmax_last_axis(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _softmax_guarded_overflow(x, dim=-1):
+    e = torch.exp(x)
+    return torch.nan_to_num(e / e.sum(dim=dim, keepdim=True))
+
+
+def _rope_exponent_over_half(x, offset=0, base=10000.0):
+    L, E = x.shape[-2:]
+    theta = base ** (-2 * torch.arange(E // 2, dtype=torch.float64) / (E / 2))
+    angle = torch.arange(offset, offset + L, dtype=torch.float64)[:, None] * theta
+    cos, sin = torch.cos(angle).repeat(1, 2).to(x.dtype), torch.sin(angle).repeat(1, 2).to(x.dtype)
+    return x * cos + torch.cat([-x[..., E // 2:], x[..., :E // 2]], -1) * sin
+
+
+def _masked_added(q, k, v, mask):
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + mask.float()
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _flash_alpha_one(q, k, v, block_size=64):
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"))
+    ell, o = torch.zeros(q.shape[:-1] + (1,)), torch.zeros_like(q)
+    for j in range(0, k.shape[-2], block_size):
+        s = q @ k[..., j:j + block_size, :].transpose(-2, -1) / q.shape[-1] ** 0.5
+        m = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m)
+        ell, o = ell + p.sum(-1, keepdim=True), o + p @ v[..., j:j + block_size, :]
+    return o / ell
+
+
+def _merge_unshifted(out_a, lse_a, out_b, lse_b):
+    ea, eb = lse_a.exp(), lse_b.exp()
+    w = (ea / (ea + eb)).unsqueeze(-1)
+    return w * out_a + (1 - w) * out_b, torch.logaddexp(lse_a, lse_b)
+
+
+def _kv_bytes_one_layer(tokens, layers, heads, kv_heads, head_dim, dtype):
+    return solution("kv_cache_bytes")(tokens, layers, heads, kv_heads, head_dim, dtype) // layers
+
+
+def _ring_own_keys_held_values(q, k_own, v_own, k_held, v_held, out, lse, rank, step, world):
+    return solution("ring_step")(q, k_own, v_own, k_own, v_held, out, lse, rank, step, world)
+
+
 LABELS = [
     ("alibi_bias", _alibi_c1, "slopes_exponent", "times 0.125"),
     ("apply_rope", _rope_twice, "rotated_twice", "2·m·θ_i"),
@@ -200,6 +252,16 @@ LABELS = [
     ("ring_step", _ring(skip=True), "diagonal_skipped", "skips its own"),
     ("ring_step", _ring(past_masked=True), "past_block_masked", "earlier rank's block"),
     ("scaled_scores", _scores_as_weights, "softmax_applied", "softmax (over the last axis)"),
+    ("scaled_scores", _scores_width_from_axis_1, "wrong_scale", "a factor other than 1/√E"),
+    ("softmax", _softmax_last_axis, "ignores_dim", "over the last axis"),
+    ("softmax", _softmax_guarded_overflow, "not_stable", "the guard hides the overflow"),
+    ("apply_rope", _rope_exponent_over_half, "wrong_frequencies", "base^(-4i/E)"),
+    ("masked_attention", _masked_added, "mask_added", "added to the scores as 0/1"),
+    ("flash_attention", _flash_alpha_one, "not_rescaled", "neither ℓ nor O rescaled"),
+    ("merge_partials", _merge_unshifted, "merge_not_shifted", "with no shift"),
+    ("kv_cache_bytes", _kv_bytes_one_layer, "factor_missing", "divided by `layers`"),
+    ("ring_step", _ring_own_keys_held_values, "k_own_used_for_k_held",
+     "`k_own` where `k_held` belongs. Each"),
 ]
 
 

@@ -7,6 +7,7 @@ import math
 import torch
 
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.checking._probes import scale_probe
 
 
 def _cases(gen: torch.Generator) -> list[Case]:
@@ -72,6 +73,15 @@ SCALED_SCORES = Exercise(
     cases=_cases,
     oracle=_oracle,
     solution=scaled_scores,
+    probes=(scale_probe(
+        lambda f, q, k: ((q.double() @ k.double().transpose(-2, -1)) * f).to(q.dtype),
+        lambda q, k: q.shape[-1] ** -0.5,
+        {"1/E": lambda q, k: 1 / q.shape[-1], "1": lambda q, k: 1.0,
+         "√E": lambda q, k: q.shape[-1] ** 0.5, "1/√S": lambda q, k: k.shape[-2] ** -0.5,
+         "1/√L": lambda q, k: q.shape[-2] ** -0.5},
+        "1/√E", "Divide by √E with E = q.shape[-1], the width of a query and a key (the last "
+        "axis: whatever the batch axes, shape[-1] is E).",
+        "02_scaling: The math: Var(q · k) = E", what="the scores q kᵀ multiplied by"),),
     tolerances={torch.float16: (1e-2, 1e-2)},
     magnitude=_magnitude,
     hints=(

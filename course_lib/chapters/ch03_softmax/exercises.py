@@ -8,7 +8,7 @@ import torch
 
 from course_lib.attention import reference
 from course_lib.toolkit.checking import Case, Exercise, Mistake
-from course_lib.toolkit.checking._probes import scale_probe
+from course_lib.toolkit.checking._probes import choice_probe, scale_probe
 
 # --------------------------------------------------------------------------- softmax
 
@@ -94,6 +94,17 @@ _DTYPE_NOT_KEPT = ("Your softmax returns another dtype than its input: you conve
                    "float64 or float32) for the computation but not back. Return the result "
                    "in the input's dtype: .to(x.dtype).")
 
+def _softmax_variant(variant: str, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """The softmax with one thing changed: over the last axis whatever ``dim`` is
+    (``"last_axis"``), or without the max shift, in x's own dtype (``"unshifted"``: it
+    overflows where a learner's guard may hide it)."""
+    if variant == "last_axis":
+        return _softmax_oracle(x, -1)
+    e = torch.exp(x)
+    out = e / e.sum(dim=dim, keepdim=True)
+    return out.nan_to_num() if variant == "unshifted_guarded" else out
+
+
 SOFTMAX = Exercise(
     id="softmax",
     chapter="03_softmax",
@@ -104,6 +115,22 @@ SOFTMAX = Exercise(
     oracle=_softmax_oracle,
     solution=softmax,
     forbidden=("softmax",),
+    probes=(choice_probe(
+        "softmax_variant", _softmax_variant,
+        {"last_axis": "last_axis", "unshifted": "unshifted",
+         "unshifted_guarded": "unshifted_guarded"},
+        {"last_axis": "the softmax over the last axis whatever `dim` says",
+         "unshifted": "exp(x) / Σ exp(x) without subtracting the maximum, where it does not "
+                      "overflow (your output differs only where exp overflows: a guard such as "
+                      "nan_to_num hides the overflow, it does not fix it)",
+         "unshifted_guarded": "exp(x) / Σ exp(x) without subtracting the maximum, its NaN "
+                              "(inf / inf where exp overflows) replaced by nan_to_num: the "
+                              "guard hides the overflow, it does not fix it"},
+        "Normalise along `dim` (the max and the sum with dim=dim, keepdim=True), and subtract "
+        "the maximum along it before exp: exp(x - max) never overflows.",
+        "03_softmax: The fix: subtract the maximum",
+        ids={"last_axis": "ignores_dim", "unshifted": "not_stable",
+             "unshifted_guarded": "not_stable"}),),
     hints=(
         "softmax(x)_i = exp(x_i) / Σ_j exp(x_j), along `dim`. Build it from torch.exp and .sum; "
         "torch.softmax, log_softmax and logsumexp are off limits here.",

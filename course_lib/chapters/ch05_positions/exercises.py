@@ -116,6 +116,16 @@ APPLY_ROPE = Exercise(
             "05_positions: Rotary position embeddings (RoPE)",
             ids={"x": "angles_in_input_dtype", "float32": "float32_angles"}),
         choice_probe(
+            "frequencies", lambda exponent, x, offset=0, base=10000.0: _rope_with(
+                x, offset, base, exponent=exponent),
+            {"-4i/E": 4.0, "-i/E": 1.0},
+            {"-4i/E": "RoPE with θ_i = base^(-4i/E) (the exponent divided by E/2, not E)",
+             "-i/E": "RoPE with θ_i = base^(-i/E) (the exponent i/E, not 2i/E)"},
+            "Pair i turns at θ_i = base^(-2i/E), i = 0 … E/2 - 1: the exponents run from 0 "
+            "to nearly -1, so the slowest pair turns at about 1/base per position.",
+            "05_positions: Rotary position embeddings (RoPE)",
+            ids={"-4i/E": "wrong_frequencies", "-i/E": "wrong_frequencies"}),
+        choice_probe(
             "rotated_twice", lambda times, x, offset=0, base=10000.0: _rope_times(
                 times, x, offset, base), {"twice": 2},
             {"twice": "RoPE applied twice: each vector turned by 2·m·θ_i"},

@@ -224,6 +224,14 @@ def _ma_softmax_over(axis, q, k, v, mask):
     return torch.softmax(scores, dim=axis).nan_to_num(0.0).to(q.dtype) @ v
 
 
+def _ma_mask_as_numbers(how, q, k, v, mask):
+    """Attention with the bool mask used as numbers: added to the scores, or multiplied in."""
+    scores = _scores(q.double(), k.double())
+    m = mask.double()
+    scores = scores + m if how == "added" else scores * m
+    return (torch.softmax(scores, dim=-1) @ v.double()).to(q.dtype)
+
+
 def _ma_no_scaling(q, k, v, mask):
     return _safe((q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))) @ v
 
@@ -252,7 +260,17 @@ MASKED_ATTENTION = Exercise(
                         "each key's column sums to 1, not each query's row"},
             "Each query distributes its attention over the keys: softmax over the last axis "
             "(dim=-1), the keys, so that every row of weights sums to 1.",
-            "03_softmax: The math", ids={"queries": "softmax_over_queries"}),),
+            "03_softmax: The math", ids={"queries": "softmax_over_queries"}),
+        choice_probe(
+            "mask_as_numbers", _ma_mask_as_numbers, {"added": "added", "multiplied": "multiplied"},
+            {"added": "attention with the boolean mask added to the scores as 0/1",
+             "multiplied": "attention with the scores multiplied by the mask as 0/1 before the "
+                           "softmax (a hidden key's score becomes 0, not -inf)"},
+            "A hidden key must get weight exp(-inf) = 0: set its score to -inf before the "
+            "softmax (scores.masked_fill(~mask, float('-inf'))); a 0/1 mask added to or "
+            "multiplied into the scores only nudges them.",
+            "06_masks: Bool or additive?",
+            ids={"added": "mask_added", "multiplied": "mask_added"}),),
     solution=masked_attention,
     forbidden=("sdpa",),
     hints=(

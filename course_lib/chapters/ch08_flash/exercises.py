@@ -375,6 +375,8 @@ def _flash_blocks(rule, q, k, v, block_size=64):
     at 0, in the inputs' dtype)."""
     if rule == "zero_start":
         return _flash(q, k, v, block_size, m_start=0.0)
+    if rule == "not_rescaled":
+        return _flash(q, k, v, block_size, rescale_l=False, rescale_acc=False)
     q64, k64, v64 = q.double(), k.double(), v.double()
     S = k.shape[-2]
     if rule == "drop_tail":
@@ -446,7 +448,7 @@ FLASH_ATTENTION = Exercise(
     probes=(
         choice_probe(
             "blocks_combined", _flash_blocks,
-            {k: k for k in ("drop_tail", "sum", "mean", "zero_start")},
+            {k: k for k in ("drop_tail", "sum", "mean", "zero_start", "not_rescaled")},
             {"drop_tail": "attention over every key but those of the last, partial block "
                           "(S is not a multiple of block_size)",
              "sum": "the sum of each key block's own attention output, each normalised by its "
@@ -454,13 +456,17 @@ FLASH_ATTENTION = Exercise(
              "mean": "the mean of each key block's own attention output, each normalised by "
                      "its own sum",
              "zero_start": "the online softmax with its running max starting at 0: where "
-                           "every score is far below 0, exp underflows to 0 and 0 / 0 is NaN"},
+                           "every score is far below 0, exp underflows to 0 and 0 / 0 is NaN",
+             "not_rescaled": "the online softmax with neither ℓ nor O rescaled when the "
+                             "maximum grows (the factor α = exp(m_old - m_new) is 1: taken "
+                             "after m was already updated?)"},
             "One softmax runs over all S keys: loop over every block, the last one shorter when "
             "S is not a multiple of block_size (range(0, S, block_size) and slicing do that), "
             "carry the running max m (from -inf) and sum ℓ across blocks, rescale by "
             "α = exp(m - m_new), and divide by ℓ once at the end.", _FLASH_SECTION,
             ids={"drop_tail": "last_block_dropped", "sum": "blocks_not_merged",
-                 "mean": "blocks_not_merged", "zero_start": "max_starts_at_zero"}),
+                 "mean": "blocks_not_merged", "zero_start": "max_starts_at_zero",
+                 "not_rescaled": "not_rescaled"}),
     ),
 )
 

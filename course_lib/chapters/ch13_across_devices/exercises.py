@@ -108,6 +108,9 @@ def _merge_rule(rule, out_a, lse_a, out_b, lse_b):
     elif how_out == "ratio":
         total = (lse_a + lse_b).unsqueeze(-1)
         out = lse_a.unsqueeze(-1) / total * out_a + lse_b.unsqueeze(-1) / total * out_b
+    elif how_out == "unshifted":
+        e_a, e_b = torch.exp(lse_a).unsqueeze(-1), torch.exp(lse_b).unsqueeze(-1)
+        out = e_a / (e_a + e_b) * out_a + e_b / (e_a + e_b) * out_b
     elif how_out == "unnormalised":
         top = torch.maximum(lse_a, lse_b).unsqueeze(-1)
         out = (torch.exp(lse_a.unsqueeze(-1) - top) * out_a
@@ -119,6 +122,8 @@ def _merge_rule(rule, out_a, lse_a, out_b, lse_b):
         lse = lse_a + lse_b
     elif how_lse == "no_m":
         lse = lse - m.masked_fill(m == _NEG_INF, 0.0)
+    elif how_lse == "unshifted":
+        lse = torch.log(torch.exp(lse_a) + torch.exp(lse_b))
     elif how_lse == "empty_zero":
         lse = lse.masked_fill(m == _NEG_INF, 0.0)
     return out, lse
@@ -129,16 +134,21 @@ _MERGE_OUT = {"lse": "weighted by e^{lse - lse_new}", "swapped": "out_a weighted
               "sum": "out_a + out_b", "mean": "(out_a + out_b) / 2",
               "ratio": "weighted by lse_a / (lse_a + lse_b), the lse values taken as sums",
               "unnormalised": "weighted by e^{lse_a - m} and e^{lse_b - m} (m = max(lse_a, "
-                              "lse_b)), never divided by their sum"}
+                              "lse_b)), never divided by their sum",
+              "unshifted": "weighted by e^{lse_a} / (e^{lse_a} + e^{lse_b}) with no shift (inf "
+                           "/ inf = NaN where e^{lse} overflows)"}
 _MERGE_LSE = {"right": "logaddexp(lse_a, lse_b)", "max": "max(lse_a, lse_b)",
               "sum": "lse_a + lse_b", "no_m": "log(e^{lse_a - m} + e^{lse_b - m}) without m "
               "added back", "empty_zero": "logaddexp(lse_a, lse_b) but 0 (not -inf) in a row "
-              "that saw no key in either block"}
+              "that saw no key in either block",
+              "unshifted": "log(e^{lse_a} + e^{lse_b}) with no shift (inf where e^{lse} "
+                           "overflows)"}
 _MERGE_CHOICES = {f"{o}/{lse}": (o, lse) for o in _MERGE_OUT for lse in _MERGE_LSE
                   if (o, lse) != ("lse", "right")}
 _MERGE_IDS = {k: {"swapped": "weights_swapped", "keep_larger": "keeps_larger",
                   "sum": "no_rescale", "mean": "no_rescale", "ratio": "probability_space",
                   "unnormalised": "weights_not_normalised", "empty_zero": "empty_rows_lse",
+                  "unshifted": "merge_not_shifted",
                   "max": "lse_max", "sum_lse": "lse_summed", "no_m": "lse_without_max"}[
                   o if o != "lse" else ("sum_lse" if lse == "sum" else lse)]
               for k, (o, lse) in _MERGE_CHOICES.items()}

@@ -25,7 +25,8 @@ from ._probes import Fitted, Tol, _tensors, differs, loosely_same
 #: the ids these hypotheses report (besides ``<weight>_transposed`` and ``<a>_used_for_<b>``)
 NAMED_IDS = frozenset({"axes_in_wrong_order", "axes_grouped_wrongly", "right_values_wrong_dtype",
                        "view_of_non_contiguous", "axes_counted_from_front", "entries_misplaced",
-                       "mask_edge_moved", "mask_inverted", "softmax_applied"})
+                       "mask_edge_moved", "mask_inverted", "softmax_applied",
+                       "factor_missing", "factor_extra"})
 
 
 def is_generic_id(mistake: str | None, params: Sequence[str] = ()) -> bool:
@@ -306,6 +307,10 @@ def explain_values(ex: Any, runs: Sequence[Any], tol: Tol,
     params = tuple(ex.params)
     where = _where(ex.chapter)
     first = failing[0].case.args
+    # A count off by a factor: one of its own arguments, or 2 (K and V) or 8 (bits per byte).
+    factor = _missing_factor(failing, params)
+    if factor is not None:
+        return Fitted(factor[0], factor[1] + " " + where)
     # Weights used transposed: 2-D square arguments (one, or several at once), transposed.
     square = [i for i, a in enumerate(first) if i < len(params) and isinstance(a, torch.Tensor)
               and a.dim() == 2 and a.shape[0] == a.shape[1] > 1
@@ -329,15 +334,20 @@ def explain_values(ex: Any, runs: Sequence[Any], tol: Tol,
                     f"(PyTorch's `nn.Linear` stores (out, in) and computes x Wᵀ), and write "
                     f"the product to match. {where}"))
     # One input in place of another (and its companions: k_held -> k_own with v_held -> v_own).
+    tries: list[list[tuple[int, int]]] = []
     for i, j in _pairs(params, first):
-        moves = [(i, j), *_companions(params, i, j)]
+        tries.append([(i, j)])                      # one input alone, then with its companions
+        if _companions(params, i, j):
+            tries.append([(i, j), *_companions(params, i, j)])
+    for moves in tries:
+        i, j = moves[0]
 
         def substituted(args: tuple[Any, ...], moves: list[tuple[int, int]] = moves) -> Any:
             args = list(args)
             for a, b in moves:
                 args[a] = args[b]
             return ex.oracle(*args)
-        if all(_pairs(params, r.case.args).count((i, j)) for r in failing) \
+        if all(all(_pairs(params, r.case.args).count(m) for m in moves) for r in failing) \
                 and _explains_all(failing, substituted, tol, fresh):
             used = ", ".join(f"`{params[b]}` where `{params[a]}` belongs" for a, b in moves)
             return Fitted(f"{params[j]}_used_for_{params[i]}", (
@@ -451,3 +461,66 @@ def _explain_band(failing: Sequence[Any], names: tuple[str, ...]) -> tuple[str, 
                        "Write down, for one query i, the first and the last key it may see "
                        "(j - i at each edge, the diagonal j = i included or not), and build the "
                        "comparison from those.")
+
+
+# --------------------------------------------------------------------------- counts
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_floating_point() \
+            and v.dtype != torch.bool:
+        return float(v.item())
+    return None
+
+
+def _factors(params: Sequence[str], args: tuple[Any, ...]) -> dict[str, float]:
+    """The factors a count may miss or repeat: each integer argument (by name), a dtype's bytes
+    per element, 2 (K and V) and 8 (bits per byte)."""
+    out: dict[str, float] = {}
+    for name, a in zip(params, args, strict=False):
+        if isinstance(a, int) and not isinstance(a, bool) and a >= 2:
+            out[f"`{name}`"] = float(a)
+        elif isinstance(a, torch.dtype):
+            size = torch.empty((), dtype=a).element_size()
+            if size >= 2:
+                out[f"the bytes per element of `{name}`"] = float(size)
+    out.setdefault("2", 2.0)
+    out.setdefault("8", 8.0)
+    return out
+
+
+def _missing_factor(failing: Sequence[Any], params: Sequence[str]) -> tuple[str, str] | None:
+    """A whole-number answer (a count of bytes or FLOPs) that is the right one multiplied or
+    divided by the same factor on every failing case."""
+    labels: set[tuple[str, str]] | None = None
+    shown = ""
+    for r in failing:
+        got, want = _number(r.outcome.value), _number(r.expected)
+        if got is None or want is None or want == 0 or got == want:
+            return None
+        ratio = got / want
+        here = set()
+        for label, f in _factors(params, r.case.args).items():
+            if abs(ratio - 1 / f) <= 1e-9 / f:
+                here.add(("missing", label))
+            elif abs(ratio - f) <= 1e-9 * f:
+                here.add(("extra", label))
+        labels = here if labels is None else labels & here
+        if not labels:
+            return None
+        shown = shown or f"{int(got) if got.is_integer() else got} instead of " \
+                         f"{int(want) if want.is_integer() else want}"
+    assert labels is not None
+    # a named argument explains it better than a bare constant that happens to agree
+    how, label = sorted(labels, key=lambda hl: (not hl[1].startswith(("`", "the")), hl))[0]
+    if how == "missing":
+        return "factor_missing", (
+            f"Your count is the right one divided by {label} ({shown} on the first failing "
+            f"case): a factor {label} is missing from your product. Write the count as a "
+            "product of every factor the statement lists and check each is there.")
+    return "factor_extra", (
+        f"Your count is the right one multiplied by {label} ({shown} on the first failing "
+        f"case): a factor {label} too many. Write the count as a product of every factor the "
+        "statement lists and check none is there twice.")
