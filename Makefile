@@ -85,7 +85,7 @@ stats: install
 	COURSE_LIB_STATS=full $(SHARED_CORES) OMP_NUM_THREADS=1 \
 	  COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/pytest -n 2 -q \
 	  tests/test_exercises_statistics.py tests/test_exercises_corpus.py \
-	  tests/test_exercises_fresh_corpus.py --durations=10
+	  tests/test_exercises_fresh_corpus.py tests/test_exercises_blind_corpus.py --durations=10
 
 # The unit tests without those marked slow (> 5 s each on an idle machine), for `make check`.
 unit-fast: install

@@ -1,7 +1,7 @@
 """How well the exercise checkers name the mistakes of a blind corpus (issue 51's acceptance).
 
 Runs every submission of a blind corpus (``tests/learner_corpus_blind.py``, or with ``--corpus``
-``learner_corpus_blind2.py`` / ``learner_corpus_blind3.py``, each written later by another
+``learner_corpus_blind2.py`` ... ``learner_corpus_blind4.py``, each written later by another
 author; all without reading the declared mistakes) through ``exercises.check`` and prints, per
 exercise, a markdown table: wrong
 submissions, how many got a named diagnosis (a specific mistake id, not one of the generic
@@ -145,9 +145,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, nargs="*", default=None,
                         help="fix the generated cases (several: compare the seeds)")
     parser.add_argument("--corpus", default="learner_corpus_blind",
-                        choices=[f"learner_corpus_blind{n}" for n in ("", "2", "3")],
+                        choices=[f"learner_corpus_blind{n}" for n in ("", "2", "3", "4")],
                         help="which blind corpus of tests/ (blind2: written for issue 51; "
-                             "blind3: its final measure, read only after the checkers' changes)")
+                             "blind3, blind4: measures, each read only after the checkers' "
+                             "changes)")
     args = parser.parse_args(argv)
     os.environ.setdefault("COURSE_LIB_PROGRESS",
                           str(Path(tempfile.mkdtemp(prefix="blind_corpus_")) / "progress"))
