@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import html
+import os
+import re
 from dataclasses import dataclass, field
 
 #: The first words of a result's message, by status (chapter notebooks may rely on them).
@@ -21,6 +23,57 @@ _COLOURS = {  # (border, background, text): light backgrounds with dark text, an
 }
 
 _ICONS = {"passed": "✓", "failed": "✗", "not_attempted": "○", "error": "!"}
+
+#: "(See chapter 10, § “One cached step: offset, append, attend”.)" in a message; and
+#: "(See the exercise's statement, chapter 4.)"
+_SECTION_REF = re.compile(r"\(See (chapter (\d+), § “([^”]+)”)\.\)")
+_STATEMENT_REF = re.compile(r"\(See (the exercise(?:'|&#x27;)s statement, chapter (\d+))\.\)")
+
+
+def _chapter_pages() -> dict[int, str]:
+    """Chapter number -> notebook name ("08_flash"), from the chapters that hold exercises."""
+    try:
+        from ._registry import registry
+        return {int(ex.chapter[:2]): ex.chapter for ex in registry().values()}
+    except Exception:
+        return {}
+
+
+def _anchor(title: str, book: bool) -> str:
+    """A section's anchor: the book's (docutils' id of the heading) or JupyterLab's (the
+    heading's text with its spaces as dashes)."""
+    if not book:
+        return title.replace(" ", "-")
+    try:
+        from docutils.nodes import make_id
+        return make_id(title)
+    except Exception:
+        return ""
+
+
+def link_sections(body: str) -> str:
+    """``body`` (escaped HTML) with each chapter reference made a link: in the book (the
+    build sets ``COURSE_LIB_BOOK=1``) to the chapter's page, in a workbook to the learner's
+    copy of the chapter beside the notebook, at the section's heading."""
+    pages = _chapter_pages()
+    book = os.environ.get("COURSE_LIB_BOOK") == "1"
+    ext = ".html" if book else ".ipynb"
+
+    def section(m: re.Match) -> str:
+        doc = pages.get(int(m.group(2)))
+        if doc is None:
+            return m.group(0)
+        anchor = _anchor(html.unescape(m.group(3)), book)
+        href = html.escape(f"{doc}{ext}" + (f"#{anchor}" if anchor else ""), quote=True)
+        return f'(See <a href="{href}">{m.group(1)}</a>.)'
+
+    def statement(m: re.Match) -> str:
+        doc = pages.get(int(m.group(2)))
+        if doc is None:
+            return m.group(0)
+        href = html.escape(f"{doc}{ext}#{_anchor('Exercises', book) or 'exercises'}", quote=True)
+        return f'(See <a href="{href}">{m.group(1)}</a>.)'
+    return _STATEMENT_REF.sub(statement, _SECTION_REF.sub(section, body))
 
 
 @dataclass
@@ -61,7 +114,7 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         border, bg, fg = _COLOURS[self.status]
-        body = html.escape(self.message)
+        body = link_sections(html.escape(self.message))
         return (
             f'<div class="course-lib-check course-lib-check-{self.status}" '
             f'style="border-left:6px solid {border};background:{bg};color:{fg};'
