@@ -5,10 +5,13 @@ The exercise's own probes (``_probes.py``) know its maths (the scale, the positi
 What is left are slips of the same kind in every exercise, which a learner makes whatever the
 chapter: the right values with the axes in another order or grouped by another reshape; the
 right values in another dtype; a ``view`` of a transposed tensor; axes counted from the front on
-an input with fewer dims; the right entries in the wrong places; a weight used transposed; one
-input used where another belongs. Each is a hypothesis checked against every failing case, with
-the parameter fitted (which permutation, which weight, which input): named only when it explains
-them all. The engine asks these after the declared mistakes and the exercise's probes.
+an input with fewer dims; a count (bytes, FLOPs) off by one of its factors; a weight used
+transposed; one input used where another belongs; the softmax of the right answer; the right
+entries in the wrong places; a boolean mask that is a band with an edge moved, or with True and
+False swapped. Each is a hypothesis checked against every failing case, with the parameter
+fitted (which permutation, which factor, which weight, which input, which edge): named only when
+it explains them all. The engine asks these after the declared mistakes and the exercise's
+probes, and a failure inside one never breaks a check (``_engine._fit``).
 """
 
 from __future__ import annotations
