@@ -16,8 +16,8 @@ from course_lib.chapters.ch05_positions import explorer as pw
 from course_lib.chapters.ch05_positions import helpers, plots
 
 PASS_MESSAGES = {
-    "apply_rope": "All 5 cases passed: batched heads; decoding, offset 7; float64, base 100; "
-                  "one pair; wide head.",
+    "apply_rope": "All 6 cases passed: batched heads; decoding, offset 7; float64, base 100; "
+                  "one pair; wide head; float16, offset 3000.",
     "alibi_bias": "All 4 cases passed: 8 heads, L = S = 5; 4 heads, decoding: L = 2, S = 6; "
                   "16 heads, L = S = 3; 2 heads, L = 1, S = 4.",
 }
