@@ -155,11 +155,11 @@ def explain_form(ex: Any, runs: Sequence[Any], tol: Tol) -> Fitted | None:
     kind = kinds.pop()
     where = _where(ex.chapter)
     if kind == "dtype":
-        target = "bool" if "for torch.bool" in next(iter(found))[1] else "the inputs' dtype"
+        target = next(iter(found))[1].rsplit("for torch.", 1)[-1]
         return Fitted("right_values_wrong_dtype", (
-            f"Your values are right, but {example}. Build the result in {target} (or convert "
-            "it at the end: `.to(dtype)`, `.bool()` for a mask); a float64 step or an integer "
-            f"0/1 tensor changes the dtype of what you return. {where}"))
+            f"Your values are right, but {example}. Return {target} (convert at the end: "
+            f"`.to(torch.{target})`, or `.bool()` for a mask): a float64 step or an integer 0/1 "
+            f"tensor changes the dtype of what you return. {where}"))
     dims = next(iter(found))[1]
     if kind == "permuted":
         return Fitted("axes_in_wrong_order", (
