@@ -272,3 +272,28 @@ def test_the_new_probe_labels_name_their_slip(exercise, fn, mistake, says):
     assert not result.passed
     assert result.mistake == mistake, result.message
     assert says in result.message, result.message
+
+
+def _flash_max_from_zero(q, k, v, block_size=64):
+    m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
+    ell, o = torch.zeros_like(m), torch.zeros_like(q)
+    for j in range(0, k.shape[-2], block_size):
+        s = q @ k[..., j:j + block_size, :].transpose(-2, -1) / q.shape[-1] ** 0.5
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)
+        ell = alpha * ell + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ v[..., j:j + block_size, :]
+        m = m_new
+    return o / ell
+
+
+def test_a_running_max_from_zero_is_refused_and_named_on_every_seed():
+    """The case built for it keeps every score below float32's exp underflow on any seed (its
+    scores were once as high as -89 on some seeds, where exp does not reach 0)."""
+    ex = registry()["flash_attention"]
+    for seed in range(30):
+        result = run_check(ex, _flash_max_from_zero, seed=seed, isolate=False, watch=False)
+        # with every score below 0 the run is the unshifted one (m stays 0): either name fits
+        assert not result.passed, seed
+        assert result.mistake in ("max_starts_at_zero", "no_running_max"), (seed,
+                                                                            result.message)
