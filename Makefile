@@ -101,8 +101,17 @@ NBVAL_ARGS = $(NBVAL_OPTS) .
 
 nbval: nbval-native nbval-perturbed
 
+# The native run is the book's run too (issue 50: the chapters run natively once, not twice): it
+# runs in the book's environment (COURSE_LIB_BOOK=1: explorers as players, whose outputs nbval
+# does not compare; every compared output is the same in both modes) and keeps each notebook
+# whose every cell passed (tools/nbval_capture.py); `make test`'s book stage takes the chapters
+# from there (tools/book_execute.py --from). The perturbed run keeps the learners' environment.
+NBVAL_RUN := _build/nbval-native-run
 nbval-native: install
-	cd book && $(NBVAL) ../$(BIN)/pytest $(NBVAL_ARGS)
+	rm -rf $(NBVAL_RUN)
+	cd book && env -u MPLBACKEND $(SHARED_CORES) COURSE_LIB_BOOK=1 \
+	  COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) COURSE_LIB_NBVAL_CAPTURE=$(CURDIR)/$(NBVAL_RUN) \
+	  PYTHONPATH=$(CURDIR)/tools ../$(BIN)/pytest -p nbval_capture $(NBVAL_ARGS)
 
 nbval-perturbed: install
 	perturbed="$(NBVAL_PERTURBED)" && cd book && $(NBVAL) $$perturbed ../$(BIN)/pytest $(NBVAL_ARGS)
@@ -120,8 +129,10 @@ notebooks: install
 
 # Chapters executed at once before Sphinx reads them (tools/book_execute.py). One for the book you
 # publish: its live timings are measured with nothing else running; `make test` builds with two
-# (before publishing a book `make test` built, `make book-force`).
+# and takes the chapters nbval-native ran (BOOK_FROM; before publishing a book `make test`
+# built, `make book-force`).
 BOOK_JOBS ?= 1
+BOOK_FROM ?=
 
 # --all: Sphinx re-reads every page (else only changed sources, and a chapter whose notebook did
 # not change would keep its old outputs though course_lib changed).
@@ -130,7 +141,8 @@ $(BOOK_STAMP): $(STAMP) $(NODE_STAMP) $(BOOK_SOURCES)
 	rm -f $(BOOK_STAMP)
 	$(BIN)/python tools/book_assets.py
 	$(if $(filter-out 1,$(BOOK_JOBS)),$(SHARED_CORES)) COURSE_LIB_BOOK=1 \
-	  COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/python tools/book_execute.py --jobs $(BOOK_JOBS)
+	  COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) $(BIN)/python tools/book_execute.py --jobs $(BOOK_JOBS) \
+	  $(if $(BOOK_FROM),--from $(BOOK_FROM))
 	COURSE_LIB_BOOK=1 COURSE_LIB_PROGRESS=$(SANDBOX_PROGRESS) \
 	  $(BIN)/jupyter-book build . --builder html --all -W -n --keep-going
 	touch $(BOOK_STAMP)
@@ -164,7 +176,7 @@ test:
 	@$(STAGES) "install=$(SUBMAKE) install" "guard=$(SUBMAKE) guard-snapshot" \
 	  "lint=$(SUBMAKE) lint" "unit=$(SUBMAKE) unit" \
 	  "nbval native=$(SUBMAKE) nbval-native" "nbval perturbed=$(SUBMAKE) nbval-perturbed" \
-	  "book=$(SUBMAKE) book BOOK_JOBS=2" "browser=$(SUBMAKE) browser" \
+	  "book=$(SUBMAKE) book BOOK_JOBS=2 BOOK_FROM=$(NBVAL_RUN)" "browser=$(SUBMAKE) browser" \
 	  "guard verify=$(SUBMAKE) guard-verify"
 
 # The quick loop while editing (a few minutes): not a substitute for `make test`.

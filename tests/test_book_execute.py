@@ -94,3 +94,64 @@ def test_the_kernel_talks_over_unix_sockets_without_the_tcp_warning(tmp_path, ca
     assert nbformat.reads(executed, as_version=4).cells[0].outputs[0]["text"] == "42\n"
     captured = capfd.readouterr()
     assert "without encryption" not in captured.err + captured.out
+
+
+# ------------------------------------------------------------ chapters taken from nbval's run
+
+def _nbval_run(root: Path, name: str, text: str, book_mode: bool = True,
+               source: str | None = None) -> Path:
+    """What tools/nbval_capture.py writes for ``book/<name>.ipynb``: its cells, run (stdout
+    ``text``), marked with the mode it ran in; ``source`` replaces its code."""
+    folder = root / "_build" / "nbval-native-run"
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.read(root / "book" / f"{name}.ipynb", as_version=4)
+    if source is not None:
+        nb.cells[0].source = source
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text),
+                           nbformat.v4.new_output("display_data", data={
+                               book_execute.WIDGET_VIEW: {"model_id": "m", "version_major": 2,
+                                                          "version_minor": 0},
+                               "text/plain": "sweep:   0%|          | 0/15"})]
+    nb.metadata["course_lib_nbval"] = {"book_mode": book_mode}
+    nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder
+
+
+def _cached_outputs(root: Path, cache_path: Path, name: str) -> list:
+    nb = nbformat.read(root / "book" / f"{name}.ipynb", as_version=4)
+    _, merged = get_cache(str(cache_path)).merge_match_into_notebook(nb)
+    return merged.cells[0].outputs
+
+
+def test_a_chapter_nbval_ran_in_book_mode_is_taken_from_its_run_without_the_dead_widget(
+        tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    root = _book(tmp_path, "print('two ran here')")
+    cache_path = root / "_build" / ".jupyter_cache"
+    folder = _nbval_run(root, "one", "from nbval's run\n")
+    # chapter two: nbval ran it in the learners' mode, so the book runs it itself
+    _nbval_run(root, "two", "learners' mode\n", book_mode=False)
+    assert book_execute.main(["--from", str(folder)], root, cache_path) == 0
+    out = capsys.readouterr().out
+    assert "took 1 of 2 chapters from nbval's run" in out and "executed 1 of 1 chapters" in out
+    assert "runs book/two.ipynb here: nbval ran it without COURSE_LIB_BOOK=1" in out
+    # one: nbval's outputs, the progress bar's widget dropped; two: run here
+    assert [o.get("text") for o in _cached_outputs(root, cache_path, "one")] == \
+        ["from nbval's run\n"]
+    assert [o.get("text") for o in _cached_outputs(root, cache_path, "two")] == \
+        ["two ran here\n"]
+
+
+def test_a_run_of_other_code_or_none_at_all_is_not_taken(tmp_path):
+    root = _book(tmp_path, "1")
+    page = root / "book" / "one.ipynb"
+    assert book_execute.captured(page, None) == (None, "no --from")
+    folder = root / "_build" / "nbval-native-run"
+    assert book_execute.captured(page, folder) == (None, "nbval's run did not keep it")
+    _nbval_run(root, "one", "old\n", source="print(6 * 9)")
+    assert book_execute.captured(page, folder) == (None, "its code cells differ from the page's")
+    _nbval_run(root, "one", "42\n")
+    nb, why = book_execute.captured(page, folder)
+    assert why == "" and nb.cells[0].outputs[0]["text"] == "42\n"
+    assert book_execute.drop_dead_widgets(nb) == 1 and len(nb.cells[0].outputs) == 1
+    assert book_execute.drop_dead_widgets(nb) == 0

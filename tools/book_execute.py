@@ -12,6 +12,12 @@ Why a separate step: Sphinx reads the pages one after another (two of the book's
 not parallel-safe), so it could only run one chapter at a time. ``--jobs 2`` runs two at once;
 ``make test`` does (its book is a test). ``make book`` keeps one at a time (``BOOK_JOBS=1``), so
 the live timings a published book shows were measured with no other chapter running beside them.
+
+``--from DIR`` (``make test``): a chapter that nbval has just run natively in the book's
+environment (``tools/nbval_capture.py``: every cell ran and matched its stored outputs) is taken
+from that run instead of being run again, when its code cells are the ones of the page now and
+it ran with ``COURSE_LIB_BOOK=1``; any other chapter runs here. Either way, a widget's view is
+dropped before Sphinx reads the page (:func:`drop_dead_widgets`).
 """
 
 from __future__ import annotations
@@ -104,17 +110,75 @@ def run_chapter(path: Path, timeout: int) -> tuple[str, str | None, float]:
     return nbformat.writes(nb), (result.exc_string if result.err else None), result.time
 
 
+#: What a widget's output carries; the book has no kernel, so such a view would be dead there.
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def drop_dead_widgets(nb: Any) -> int:
+    """Remove every output that shows a widget (a progress bar in a live session; the explorers
+    are players in the book's run and show none): in the HTML book it would be a dead control
+    or its text frozen at its first state. Returns how many were removed."""
+    dropped = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = [o for o in cell.get("outputs", []) if WIDGET_VIEW not in o.get("data", {})]
+        dropped += len(cell.get("outputs", [])) - len(kept)
+        cell["outputs"] = kept
+    return dropped
+
+
+def _code(nb: Any) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def captured(path: Path, folder: Path | None) -> tuple[Any | None, str]:
+    """nbval's run of the chapter at ``path`` from ``folder`` (``tools/nbval_capture.py``), or
+    ``None`` and why it is not used: none there, another mode, or other code cells."""
+    if folder is None:
+        return None, "no --from"
+    run = folder / path.name
+    if not run.is_file():
+        return None, "nbval's run did not keep it"
+    nb = nbformat.read(run, as_version=4)
+    if not nb.metadata.get("course_lib_nbval", {}).get("book_mode"):
+        return None, "nbval ran it without COURSE_LIB_BOOK=1"
+    if _code(nb) != _code(nbformat.read(path, as_version=4)):
+        return None, "its code cells differ from the page's"
+    return nb, ""
+
+
 def main(argv: list[str] | None = None, root: Path = ROOT, cache_path: Path = CACHE) -> int:
     """0 if every chapter ran without an error (each then in the cache), else 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-j", "--jobs", type=int, default=1, help="chapters run at once")
+    parser.add_argument("--from", dest="source", type=Path, default=None,
+                        help="nbval's native run in the book's environment, to take chapters from")
     args = parser.parse_args(argv)
     notebooks, timeout = toc_notebooks(root), cell_timeout(root)
     shutil.rmtree(cache_path, ignore_errors=True)
     cache = get_cache(str(cache_path))
-    start, failed = time.perf_counter(), []
+    start, failed, taken = time.perf_counter(), [], 0
+
+    def keep(path: Path, nb: Any, seconds: float) -> None:
+        drop_dead_widgets(nb)
+        record = cache.add_nb_to_project(str(path))
+        cache.cache_notebook_bundle(
+            CacheBundleIn(nb, record.uri, data={"execution_seconds": seconds}),
+            check_validity=False, overwrite=True)
+
+    to_run = []
+    for path in notebooks:
+        nb, why = captured(path, args.source)
+        if nb is None:
+            to_run.append(path)
+            if args.source is not None:
+                print(f"runs {path.relative_to(root).as_posix()} here: {why}")
+        else:
+            keep(path, nb, 0.0)
+            taken += 1
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        runs = {path: pool.submit(run_chapter, path, timeout) for path in notebooks}
+        runs = {path: pool.submit(run_chapter, path, timeout) for path in to_run}
         for path, run in runs.items():
             name = path.relative_to(root).as_posix()
             try:
@@ -125,13 +189,11 @@ def main(argv: list[str] | None = None, root: Path = ROOT, cache_path: Path = CA
                 failed.append(name)
                 print(f"FAILED {name}\n{traceback}", file=sys.stderr)
                 continue
-            record = cache.add_nb_to_project(str(path))
-            cache.cache_notebook_bundle(
-                CacheBundleIn(nbformat.reads(executed, as_version=4), record.uri,
-                              data={"execution_seconds": seconds}),
-                check_validity=False, overwrite=True)
+            keep(path, nbformat.reads(executed, as_version=4), seconds)
             print(f"executed {name} in {seconds:.1f} s")
-    print(f"executed {len(notebooks) - len(failed)} of {len(notebooks)} chapters in "
+    if args.source is not None:
+        print(f"took {taken} of {len(notebooks)} chapters from nbval's run ({args.source})")
+    print(f"executed {len(to_run) - len(failed)} of {len(to_run)} chapters in "
           f"{time.perf_counter() - start:.0f} s, {max(1, args.jobs)} at a time")
     return 1 if failed else 0
 

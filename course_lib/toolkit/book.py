@@ -1,7 +1,7 @@
 """Whether the HTML book is being built: ``make book`` exports ``COURSE_LIB_BOOK=1``.
 
-Kept apart from the explorer (which needs matplotlib) so that code without plots, such as the
-benchmark's progress bars, can ask without importing matplotlib.
+Kept apart from the explorer (which needs matplotlib) so that code without plots can ask without
+importing matplotlib.
 """
 
 from __future__ import annotations

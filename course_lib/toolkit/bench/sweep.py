@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ..book import book_mode
 from .flops import FLOP_CONVENTION, attention_flops
 from .machine import load_average, machine_info
 from .matmul import default_matmul_size, rate_from_times
@@ -271,9 +270,10 @@ def quick_sweep(implementations: dict[str, Callable[..., torch.Tensor]], ns: Seq
             raise ValueError(f"memory='fresh' measures the benchmark's own implementations by "
                              f"name; not one of them: {foreign}")
     records = []
-    # In the HTML book a progress bar would be a dead widget: only live sessions show one.
+    # The bar is shown in the book's run too (the cell's outputs are then the ones nbval compares
+    # in both modes); the book's build drops it, a dead widget there (tools/book_execute.py).
     with torch_threads(threads), tqdm(total=len(implementations) * len(ns), desc="sweep",
-                                      disable=not progress or book_mode()) as bar:
+                                      disable=not progress) as bar:
         for n in ns:
             q, k, v = make_inputs(batch, heads, n, d, seed=seed + n)
             for name, attend in implementations.items():
