@@ -43,6 +43,7 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import CaselessStrEnum
 
 from course_lib.toolkit.kernel_polling import poll_shell_in_slices
+from course_lib.toolkit.workbook import WIDGET_VIEW  # a widget's output: dead without a kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where jupyter-book points myst-nb's cache (``execute.cache`` of _config.yml left at its default).
@@ -108,10 +109,6 @@ def run_chapter(path: Path, timeout: int) -> tuple[str, str | None, float]:
                                  meta_override=True,
                                  kernel_manager_class=SlicedPollingKernelManager)
     return nbformat.writes(nb), (result.exc_string if result.err else None), result.time
-
-
-#: What a widget's output carries; the book has no kernel, so such a view would be dead there.
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def drop_dead_widgets(nb: Any) -> int:
