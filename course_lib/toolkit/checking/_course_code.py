@@ -24,8 +24,10 @@ from __future__ import annotations
 import dis
 import functools
 import hashlib
+import json
 import os
 import sys
+import tempfile
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,13 @@ MIN_INSTRUCTIONS = 40
 def _const(c: object, memo: dict[int, bytes]) -> bytes:
     if isinstance(c, types.CodeType):
         return b"C" + fingerprint(c, memo)
+    if isinstance(c, (tuple, frozenset)):
+        # a frozenset's repr follows the string hash, which differs between processes
+        # (PYTHONHASHSEED): its members are taken in sorted order, so a fingerprint is the same
+        # in every process and an index can be kept on disk (INDEX_FILE)
+        parts = [_const(x, memo) for x in c]
+        body = b",".join(sorted(parts) if isinstance(c, frozenset) else parts)
+        return b"T(" + body + b")" if isinstance(c, tuple) else b"S(" + body + b")"
     return b"K" + repr((type(c).__name__, c)).encode("utf-8", "backslashreplace")
 
 
@@ -175,6 +184,95 @@ def build_index(root: Path, exclude: frozenset[str]) -> CourseCode:
 #: The ``course_lib`` package's folder (this file is ``course_lib/toolkit/checking/...``).
 PACKAGE = Path(__file__).parents[2]
 
+#: The index of a package, kept in the package's own folder (beside ``__pycache__``, and like it
+#: skipped where the folder is read-only) with the digest of what it was built from.
+INDEX_FILE = ".course-code-index.json"
+
+
+def index_digest(root: Path, exclude: frozenset[str]) -> str:
+    """What :func:`build_index` depends on: the Python that compiles (bytecode differs between
+    versions), this module's own source (how code is fingerprinted) and every indexed file, by
+    its path in the package and its bytes. Reading and hashing take milliseconds; compiling and
+    fingerprinting the package take about 1.5 s (29,000 lines, twice)."""
+    h = hashlib.sha256()
+    h.update(f"{sys.version}\0{sys.implementation.cache_tag}\0{MIN_INSTRUCTIONS}\0".encode())
+    h.update(Path(__file__).read_bytes() + b"\0")
+    for path in sorted(root.rglob("*.py")):
+        if str(path.resolve()) in exclude:
+            continue
+        try:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes()
+                     + b"\0")
+        except OSError:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0unreadable\0")
+    return h.hexdigest()
+
+
+def _to_json(index: CourseCode, digest: str) -> str:
+    return json.dumps({
+        "digest": digest,
+        "names": {fp.hex(): list(qual) for fp, qual in sorted(index.names.items())},
+        "recognisable": sorted(fp.hex() for fp in index.recognisable),
+        "modules": sorted(fp.hex() for fp in index.modules),
+        "shapes": sorted([list(names), list(varnames), argc]
+                         for names, varnames, argc in index.shapes)})
+
+
+def _from_json(data: dict) -> CourseCode:
+    return CourseCode(
+        names={bytes.fromhex(k): tuple(v) for k, v in data["names"].items()},
+        recognisable=frozenset(bytes.fromhex(k) for k in data["recognisable"]),
+        modules=frozenset(bytes.fromhex(k) for k in data["modules"]),
+        shapes=frozenset((tuple(a), tuple(b), int(c)) for a, b, c in data["shapes"]))
+
+
+def load_index(root: Path, exclude: frozenset[str]) -> CourseCode:
+    """:func:`build_index` of ``root``, taken from ``root``'s :data:`INDEX_FILE` when that was
+    built from the same files by the same Python and fingerprinting (its digest says so), else
+    built and written there for the next session (atomically; not at all where ``root`` is
+    read-only, as in the grading sandbox, whose copy of the package the grader indexed when it
+    made it: ``grading.sandbox.learner_copy``).
+
+    The file is as trusted as the package's own files beside it: whoever can write it can edit
+    the course's code itself (out of the self-study checks' scope; the grading sandbox mounts the
+    package read-only)."""
+    digest = index_digest(root, exclude)
+    path = root / INDEX_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("digest") == digest:
+            return _from_json(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass                         # missing, unreadable or damaged: built again below
+    index = build_index(root, exclude)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=INDEX_FILE + ".", dir=root)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_to_json(index, digest))
+        os.chmod(tmp, 0o644)              # readable as the package's other files are
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        pass                         # a read-only package: built in every session
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return index
+
+
+def package_index(root: Path) -> CourseCode:
+    """The index of the ``course_lib`` package at ``root`` (this one, or a copy of it), without
+    the checker's own machinery files there: what :func:`course_code` gives a session that
+    imported the package from ``root``."""
+    here = Path(__file__).parent.relative_to(PACKAGE)
+    files = {str(p.resolve()) for p in (Path(root) / here).glob("_*.py")
+             if p.name != "__init__.py"}
+    return load_index(Path(root).resolve(), frozenset(files))
+
 
 def _both(path: Path) -> tuple[str, ...]:
     return tuple({str(path), str(path.resolve())})
@@ -203,10 +301,11 @@ def machinery_files() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=1)
 def course_code() -> CourseCode:
-    """The index of the installed ``course_lib`` package (built once per session)."""
+    """The index of the installed ``course_lib`` package (once per session; from its
+    :data:`INDEX_FILE` when that is current: :func:`load_index`)."""
     root = PACKAGE.resolve()
     exclude = frozenset(str(Path(f).resolve()) for f in machinery_files())
-    return build_index(root, exclude)
+    return load_index(root, exclude)
 
 
 class CodeCache:
