@@ -2,8 +2,9 @@
 kernel, the CLI, each notebook a grader runs, each check's worker).
 
 torch itself is needed. ``torch._dynamo`` (through ``torch.nn.attention.bias``) and matplotlib
-(through the benchmark's progress bars) are not, and together they tripled the import time; they
-load when something uses them. A ``CausalBias`` mask made after the import still works, because
+(through the benchmark's progress bars) are not, and together they tripled the import time; nor
+is ``torch.utils.benchmark``, which imports setuptools (0.15-0.25 s); they load when something
+uses them. A ``CausalBias`` mask made after the import still works, because
 the course looks for it only once its module is loaded.
 """
 
@@ -16,7 +17,8 @@ import textwrap
 FRESH_PROCESS = textwrap.dedent("""
     import sys
     import course_lib
-    heavy = sorted(m for m in ("torch._dynamo", "matplotlib", "torch.nn.attention.bias", "triton")
+    heavy = sorted(m for m in ("torch._dynamo", "matplotlib", "torch.nn.attention.bias", "triton",
+                               "torch.utils.benchmark", "setuptools")
                    if m in sys.modules)
     print("heavy:", heavy)
 

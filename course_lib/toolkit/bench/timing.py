@@ -18,7 +18,6 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
-from torch.utils import benchmark
 
 CLOCKS = ("wall", "cpu")
 
@@ -75,6 +74,10 @@ def time_call_split(fn: Callable[[], object], device: str | torch.device = "cpu"
     if cpu_clock is not None and torch.device(device).type != "cpu":
         raise ValueError(f"clock='cpu' times CPU work only, got device={device}")
     extra = {} if cpu_clock is None else {"timer": cpu_clock}
+    # imported here: torch.utils.benchmark imports setuptools (0.15-0.25 s), which every process
+    # importing course_lib (a grading kernel, a check server) would otherwise pay for nothing
+    from torch.utils import benchmark
+
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn},
                             num_threads=torch.get_num_threads(), **extra)
     seconds = timer.timeit(number).mean
