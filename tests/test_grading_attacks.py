@@ -1345,19 +1345,6 @@ def test_a_second_run_reuses_the_seed_and_writes_the_same_gradebook(klass):
     assert klass["gradebook"].read_bytes() == klass["first"]
 
 
-@pytest.mark.slow
-@GROUP
-def test_a_changed_checker_grades_again(klass, monkeypatch):
-    one = [klass["alice"]]       # one notebook is enough to show a re-grade (issue 50)
-    out = klass["out"] / "sub" / "gradebook.csv"
-    cached = _again(klass, out, one, seed=SEED, log=None, feedback=None)
-    assert cached.graded == 0
-    monkeypatch.setattr(grading, "_DIGEST", ["a-changed-checker"])
-    fresh = _again(klass, out, one, seed=SEED, log=None, feedback=None)
-    assert fresh.graded == 1
-    assert _rows(out)["alice"]["total"] == "5"
-
-
 # --------------------------------------------------------------------------- the check worker
 
 
