@@ -268,10 +268,14 @@ def package_index(root: Path) -> CourseCode:
     """The index of the ``course_lib`` package at ``root`` (this one, or a copy of it), without
     the checker's own machinery files there: what :func:`course_code` gives a session that
     imported the package from ``root``."""
-    here = Path(__file__).parent.relative_to(PACKAGE)
-    files = {str(p.resolve()) for p in (Path(root) / here).glob("_*.py")
-             if p.name != "__init__.py"}
-    return load_index(Path(root).resolve(), frozenset(files))
+    here = Path(root) / Path(__file__).parent.relative_to(PACKAGE)
+    return load_index(Path(root).resolve(),
+                      frozenset(str(p.resolve()) for p in _machinery_modules(here)))
+
+
+def _machinery_modules(folder: Path) -> list[Path]:
+    """The checker's own modules in ``folder``: its ``_*.py`` files but ``__init__.py``."""
+    return [p for p in folder.glob("_*.py") if p.name != "__init__.py"]
 
 
 def _both(path: Path) -> tuple[str, ...]:
@@ -292,10 +296,9 @@ def machinery_files() -> frozenset[str]:
     """
     here = Path(__file__).parent
     files: set[str] = set()
-    for p in here.glob("_*.py"):
-        if p.name != "__init__.py":
-            files.update(_both(p))
-            files.update(_both(here.resolve() / p.name))
+    for p in _machinery_modules(here):
+        files.update(_both(p))
+        files.update(_both(here.resolve() / p.name))
     return frozenset(files)
 
 
@@ -303,9 +306,7 @@ def machinery_files() -> frozenset[str]:
 def course_code() -> CourseCode:
     """The index of the installed ``course_lib`` package (once per session; from its
     :data:`INDEX_FILE` when that is current: :func:`load_index`)."""
-    root = PACKAGE.resolve()
-    exclude = frozenset(str(Path(f).resolve()) for f in machinery_files())
-    return load_index(root, exclude)
+    return package_index(PACKAGE)
 
 
 class CodeCache:
