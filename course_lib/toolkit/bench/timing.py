@@ -104,38 +104,18 @@ def time_call(fn: Callable[[], object], device: str | torch.device = "cpu",
 
 
 def best_time(fn: Callable[[], object], repeats: int = 5, min_total_s: float = 0.0,
-              clock: str = "wall") -> tuple[float, float, float]:
-    """The least disturbed run: ``(seconds, user, system)`` per call in the fastest of at least
-    ``repeats`` timed runs, going on until ``min_total_s`` seconds were timed. CPU only.
-
-    One ``Timer`` warms up once and then times runs (:meth:`Timer.blocked_autorange`): its
-    warm-up calls ``fn`` until a run of ``number`` back-to-back calls is long enough for the
-    timer's own overhead not to count (``number`` = 1 for a call of a millisecond or more), and
-    each run is ``number`` calls. A fresh ``Timer.timeit`` per run warms up twice before every
-    run: three calls for each one timed (chapter 7's live sweep took 23 s that way, 18 s this
-    way, on a 2-core Xeon), and a fast call is then timed alone, near the CPU clock's
-    resolution.
-    """
-    cpu_clock = _cpu_clock(clock)
-    timer = _timer(fn, cpu_clock)
-    runs: list[tuple[float, float, float]] = []
-    run_seconds: list[float] = []
-
-    def record(number: int, seconds: float) -> None:
-        user, system = cpu_clock.split() if cpu_clock is not None else (math.nan, math.nan)
-        runs.append((seconds / number, user / number, system / number))
-        run_seconds.append(seconds)
-
-    # the first runs, until min_total_s (at least one run); then the runs still missing, in one
-    # go at the first runs' pace (one more warm-up call for a slow fn, a few for a fast one)
-    timer.blocked_autorange(callback=record, min_run_time=max(min_total_s, 1e-9))
-    missing = repeats - len(runs)
-    if missing > 0:
-        pace = statistics.median(run_seconds)
-        timer.blocked_autorange(callback=record, min_run_time=0.9 * missing * pace)
-        while len(runs) < repeats:             # runs far slower than the first ones
-            timer.blocked_autorange(callback=record, min_run_time=1e-9)
-    return min(runs, key=lambda r: r[0])
+              max_runs: int = 200, clock: str = "wall") -> tuple[float, float, float]:
+    """The least disturbed run: ``(seconds, user, system)`` of the fastest of at least
+    ``repeats`` timed calls, going on for quick calls until ``min_total_s`` seconds were timed
+    (at most ``max_runs``). Each run is one :func:`time_call_split`."""
+    best = (math.inf, math.nan, math.nan)
+    spent, runs = 0.0, 0
+    while runs < repeats or (spent < min_total_s and runs < max_runs):
+        run = time_call_split(fn, "cpu", 1, clock)
+        spent += run[0]
+        runs += 1
+        best = min(best, run, key=lambda r: r[0])
+    return best
 
 
 def calls_per_sample(seconds_per_call: float, min_sample_s: float) -> int:
