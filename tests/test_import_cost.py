@@ -50,3 +50,16 @@ def test_import_leaves_dynamo_and_matplotlib_unloaded_and_causal_bias_still_work
     # implementation that missed the bias would give a different answer, or none.
     names = list(__import__("course_lib").IMPLEMENTATIONS)
     assert lines[1:] == [x for n in names for x in (f"{n} True", f"{n} refused: True")], lines
+
+
+def test_nbformat_does_not_build_an_iri_parser_on_import():
+    """Every pytest process (nbval's plugin), nbclient run, grading process and Jupyter server
+    imports nbformat, which imports jsonschema. jsonschema 4.24+ imports rfc3987-syntax when it
+    is installed, and that builds a lark Earley parser at import: 1.3 s of CPU per process
+    (0.13 s without it). constraints.txt pins jsonschema 4.23.0, whose format checkers use
+    rfc3986-validator; this fails if an upgrade brings the parser back."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, nbformat; print(sorted(m for m in "
+                           "('rfc3987_syntax', 'lark') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
