@@ -157,8 +157,10 @@ book-force:
 
 # Headless Debian Chromium against _build/html; skips (fails under CI=true) without Chromium.
 # Two workers, each with its own Chromium and server (a page's layout and axe run on one core).
+# SCREENSHOTS=1 also saves a full-page screenshot of each chapter in _build/screenshots/.
+SCREENSHOTS ?=
 browser: book
-	$(SHARED_CORES) $(BIN)/pytest tests/browser -q -rs -p no:cacheprovider -n 2 --durations=10
+	$(SHARED_CORES) COURSE_LIB_SCREENSHOTS=$(SCREENSHOTS) $(BIN)/pytest tests/browser -q -rs -p no:cacheprovider -n 2 --durations=10
 
 # The guard fails the run if anything wrote to the learner's progress record (~/.course_lib).
 guard-snapshot: install

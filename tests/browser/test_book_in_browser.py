@@ -9,8 +9,9 @@ rules (axe-core pinned in package-lock.json, injected from node_modules), no raw
 every local link resolves; on a numbered chapter, every figure has a caption and the title and
 every section heading carry their number (all checked on the same visit: a page load is most of a
 browser test's time; the phone width is test_phone's). Across pages: previous/next navigation
-walks the table of contents, and search finds "softmax". A screenshot of each
-chapter goes to ``_build/screenshots/``. Run with ``make browser`` (after ``make book``).
+walks the table of contents, and search finds "softmax". With ``make browser SCREENSHOTS=1``, a
+full-page screenshot of each chapter goes to ``_build/screenshots/``. Run with ``make browser``
+(after ``make book``).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def test_page(page_path, site, server, context, screenshots_dir):
     page.evaluate("() => document.fonts.ready.then(() => true)")
     page.wait_for_timeout(200)
     problems = visit.load_problems() + problems
-    if is_chapter(page_path):
+    if screenshots_dir is not None and is_chapter(page_path):
         page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(screenshots_dir / (Path(page_path).stem + ".png")),
                         full_page=True)
