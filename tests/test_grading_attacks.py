@@ -11,7 +11,9 @@ raised); every probe cell is written to raise only then.
 
 The notebooks, and why each is needed (each attack also defines a softmax, right or wrong, so
 its row shows what was graded; a notebook byte-identical to another is run once, so the copies
-cost nothing):
+cost nothing). The honest ``alice``, ``bob``, ``ctl_time`` and ``mallory`` are the chapter's
+workbook with the starters filled in; every other notebook holds the attack alone
+(:func:`_small_notebook`: the workbook's metadata, ``import torch``, its definitions and cells):
 
 * ``alice`` (right), ``bob`` (unstable): honest rows keep their grades; ``ctl_time``: a right
   softmax in a ``%%time`` cell through the whole sandboxed run;
@@ -72,9 +74,9 @@ if REASON is not None and os.environ.get("CI") != "true":
     pytest.skip(f"the grading sandbox cannot run here: {REASON}", allow_module_level=True)
 
 #: Every test of the class in one xdist group of its own, and the class a session fixture: graded
-#: once per process. Caution (measured, issue 50): with pytest 9.2 and pytest-xdist 3.8 the group
-#: is not applied (xdist marks a group by rewriting ``item._nodeid``, which pytest 9 no longer
-#: reads), so ``-n 2 --dist loadgroup`` still builds the class on both workers, in parallel.
+#: once per run (``make unit``: ``-n 2 --dist loadgroup``). pytest 9.2 with pytest-xdist 3.8 does
+#: not apply the group (the class was then built on both workers): requirements.txt keeps pytest
+#: below 9.2 and tests/test_xdist_groups.py fails if the grouping stops.
 GROUP = pytest.mark.xdist_group("grading_attacks")
 
 # --------------------------------------------------------------------------- notebooks
@@ -115,6 +117,18 @@ def _notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
         nb["cells"].append({"cell_type": "code", "metadata": {}, "source": text,
                             "outputs": [], "execution_count": None})
     return nb
+
+
+def _small_notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
+    """A chapter-3 notebook of the attack alone: the workbook's metadata (which names the
+    chapter), ``import torch``, one cell per definition of ``defs`` and the ``extra_cells``.
+    The chapter's own cells (its imports, figures and explorer: about 1.2 s in the kernel and
+    0.6 s in the check server per notebook) are left out: they run in the honest notebooks
+    (``alice``, ``bob``, ``ctl_time``, ``mallory``) and attack nothing."""
+    code = ["import torch\n", *defs.values(), *extra_cells]
+    return {"cells": [{"cell_type": "code", "metadata": {}, "source": text, "outputs": [],
+                       "execution_count": None} for text in code],
+            "metadata": _workbook_copy()["metadata"], "nbformat": 4, "nbformat_minor": 5}
 
 
 def _extra_numbers(nb: dict, extra_cells: list[str]) -> list[int]:
@@ -225,8 +239,8 @@ def _attacks(paths: dict[str, Any]) -> dict[str, tuple[dict, list[int]]]:
     course = str(sandbox.course_package())
     made: dict[str, tuple[dict, list[int]]] = {}
 
-    def add(name: str, defs: dict[str, str], cells: list[str] = ()) -> None:
-        nb = _notebook(defs, list(cells))
+    def add(name: str, defs: dict[str, str], cells: list[str] = (), full: bool = False) -> None:
+        nb = (_notebook if full else _small_notebook)(defs, list(cells))
         made[name] = (nb, _extra_numbers(nb, list(cells)))
 
     # 1. Module-level code replaces the checker's call path, then uses torch.softmax.
@@ -737,7 +751,7 @@ def self_attention(x, w_q, w_k, w_v, _swapped=_swap()):
 """})
 
     # A non-UTF-8 file name (graded like any other).
-    made[b"caf\xe9"] = (_notebook({"softmax": RIGHT_SOFTMAX}), [])
+    made[b"caf\xe9"] = (_small_notebook({"softmax": RIGHT_SOFTMAX}), [])
 
     # 23. Nondeterminism: two byte-identical notebooks whose functions fold what differs between
     #     two jobs (the file's path, the folder, the random generators, the process) into their
@@ -754,7 +768,7 @@ _SEEN = repr((__file__, os.getcwd(), sorted(os.listdir('.')), random.random(),
               sorted(os.environ.items()), os.uname().nodename))
 _DERIVED = int(hashlib.sha256(_SEEN.encode()).hexdigest(), 16)
 """
-    twin = _notebook({"softmax": derive + """
+    twin = _small_notebook({"softmax": derive + """
 
 def softmax(x, dim=-1):
     if _DERIVED % 2:
@@ -769,7 +783,7 @@ def softmax(x, dim=-1):
     # the paths their functions can read of the sandbox they run in (its mounts, its processes'
     # command lines and environments) must be the same, and name none of the grader's folders.
     # (Mount ids, pids and times differ between any two sandboxes: only paths are compared.)
-    near = _notebook({"softmax": RIGHT_SOFTMAX, "self_attention": """import glob
+    near = _small_notebook({"softmax": RIGHT_SOFTMAX, "self_attention": """import glob
 import re
 
 
@@ -798,8 +812,8 @@ def self_attention(x, w_q, w_k, w_v):
 
     # An honest control: a right softmax in a %%time cell, through the whole sandboxed run
     # (the extraction of definitions under if/try/with is unit-tested in tests/test_grading.py).
-    add("ctl_time", {"softmax": "%%time\n" + RIGHT_SOFTMAX})
-    add("bob", {"softmax": NO_SHIFT_SOFTMAX})
+    add("ctl_time", {"softmax": "%%time\n" + RIGHT_SOFTMAX}, full=True)
+    add("bob", {"softmax": NO_SHIFT_SOFTMAX}, full=True)
     return made
 
 
