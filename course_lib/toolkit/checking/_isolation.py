@@ -251,8 +251,11 @@ def _vm_bytes() -> int | None:
     return None
 
 
-def _setup_child(memory_cap: int | None, protected: tuple[int, ...] = ()) -> Callable[..., Any]:
-    """Set the worker up and install the policy; returns the reporting trace function."""
+def _setup_child(memory_cap: int | None, protected: tuple[int, ...] = (),
+                 trusted_code: dict[int, Any] | None = None) -> Callable[..., Any]:
+    """Set the worker up and install the policy; returns the reporting trace function.
+    ``trusted_code``: the checker's code objects as the parent found them just before the fork
+    (:func:`._policy.machinery_code`; ``None``: found here)."""
     try:
         os.setpgid(0, 0)    # a group of its own: the parent kills it whole (see _Worker.close)
     except OSError:
@@ -286,7 +289,7 @@ def _setup_child(memory_cap: int | None, protected: tuple[int, ...] = ()) -> Cal
     torch.set_num_threads(1)
     return _policy.install(os.getpid(), machinery_files(),
                            _policy.generated_code(CallOutcome, Prepared, FileSource, Case),
-                           protected)
+                           protected, trusted_code)
 
 
 def _send(fd: int, obj: Any, save: Callable[..., Any] | None = None,
@@ -390,7 +393,8 @@ def _receive(fd: int) -> Any:
 
 def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
            forbidden: tuple[str, ...], guard: CourseGuard | None,
-           memory_cap: int | None, extension: Any, forget: Callable[[], None] | None) -> None:
+           memory_cap: int | None, extension: Any, forget: Callable[[], None] | None,
+           trusted_code: dict[int, Any] | None = None) -> None:
     # Bound before any learner code runs: a file's top level that rebinds these module names
     # (``_isolation.run_call = ...``, ``torch.save = ...``, ``os.write = ...``) changes nothing
     # here, and the policy refuses changing the functions themselves (``__code__``).
@@ -402,7 +406,8 @@ def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
         send_raw(fd, obj, save, write)
 
     recorder, refuse_kernels = _policy.RECORDER, _policy.refuse_kernels
-    between = _setup_child(memory_cap, (fd, cases_fd))
+    between = _setup_child(memory_cap, (fd, cases_fd), trusted_code)
+    del trusted_code      # the policy's closure holds it; no frame of learner code's reach does
     if forget is not None:
         forget()          # the session's kept cases and answers of chosen seeds: not here
     send({"kind": "ready"})
@@ -557,6 +562,7 @@ def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...]
     """A forked worker (see the module docstring): it inherits ``source`` as it is."""
     r, w = os.pipe()
     cases_r, cases_w = os.pipe()
+    trusted = _policy.machinery_code(machinery_files())   # here: the child would copy pages
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # "fork() in a multi-threaded process": we exec
         pid = os.fork()                       # nothing and leave with os._exit
@@ -565,7 +571,8 @@ def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...]
         try:
             os.close(r)
             os.close(cases_w)
-            _child(w, cases_r, source, params, forbidden, guard, memory_cap, extension, forget)
+            _child(w, cases_r, source, params, forbidden, guard, memory_cap, extension, forget,
+                   trusted)
         except BaseException:
             code = 70
         finally:

@@ -99,8 +99,10 @@ def _prepare_for(setup: dict[str, Any]) -> None:
     _isolation._warm_extension(setup["extension"])     # as run_isolated does before a fork
 
 
-def _run_worker(setup: dict[str, Any], cases_fd: int, fd: int) -> None:
-    """Be the check's worker (the same :func:`._isolation._child` as a forked one)."""
+def _run_worker(setup: dict[str, Any], cases_fd: int, fd: int,
+                trusted_code: dict[int, Any] | None = None) -> None:
+    """Be the check's worker (the same :func:`._isolation._child` as a forked one);
+    ``trusted_code``: the checker's code objects as the server found them before the fork."""
     import random
 
     import numpy as np
@@ -114,7 +116,7 @@ def _run_worker(setup: dict[str, Any], cases_fd: int, fd: int) -> None:
     guard = None if setup["allowed"] is None else CourseGuard(tuple(setup["allowed"]))
     _isolation._child(fd, cases_fd, FileSource(setup["path"], setup["function"]),
                       tuple(setup["params"]), tuple(setup["forbidden"]), guard,
-                      setup["memory_cap"], setup["extension"], None)
+                      setup["memory_cap"], setup["extension"], None, trusted_code)
 
 
 # --------------------------------------------------------------------------- one server per job
@@ -244,6 +246,16 @@ class ForkServer:
         self.stop()
 
 
+def _trusted_code() -> dict[int, Any]:
+    """The checker's code objects, by identity (:func:`._policy.machinery_code`), found in the
+    server just before a fork: found in the worker, each module the walk touches is a page the
+    fork copies."""
+    from . import _policy
+    from ._course_code import machinery_files
+
+    return _policy.machinery_code(machinery_files())
+
+
 def serve(control_fd: int) -> int:
     """The server's side: for each request, read the set-up, import, fork a worker, wait for
     it, report its status."""
@@ -260,12 +272,13 @@ def serve(control_fd: int) -> int:
         setup = _receive(cases_fd)
         _write_source(setup)
         _prepare_for(setup)
+        trusted = _trusted_code()      # before the fork: the child would copy pages
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the worker
             code = 0
             try:
                 sock.close()
-                _run_worker(setup, cases_fd, fd)
+                _run_worker(setup, cases_fd, fd, trusted)
             except BaseException:
                 code = 70
             finally:
