@@ -261,10 +261,11 @@ def machinery_code(files: frozenset[str]) -> dict[int, Any]:
     # A file is resolved only when its name is one of theirs (a thousand realpath calls, 11,000
     # lstat calls, took 40 ms per check): a module loaded through a link of another name is
     # then not trusted, which can only refuse more.
-    names = {os.path.basename(f) for f in files}
+    names = tuple({"/" + os.path.basename(f) for f in files})
     for module in list(sys.modules.values()):
         f = getattr(module, "__file__", None)
-        if f and (f in files or os.path.basename(f) in names and os.path.realpath(f) in files):
+        if f and (f in files or isinstance(f, str) and f.endswith(names)
+                  and os.path.realpath(f) in files):
             name = module.__name__
             for value in list(vars(module).values()):
                 if isinstance(value, type) and getattr(value, "__module__", None) == name:
