@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from course_lib.toolkit.dispatch_mode import EagerDispatchMode
 
 #: Vendor peak figures for the memory-hierarchy comparison (NVIDIA H100 SXM5 datasheet:
 #: dense BF16 tensor-core throughput and HBM3 bandwidth).
@@ -182,7 +183,7 @@ def online_softmax_trace(blocks: list[torch.Tensor]) -> list[tuple[float, float]
 # ----------------------------------------------------------------------------- shape recording
 
 
-class ShapeRecorder(TorchDispatchMode):
+class ShapeRecorder(EagerDispatchMode):
     """Records the shape of every tensor an ATen op returns while the mode is active."""
 
     def __init__(self) -> None:

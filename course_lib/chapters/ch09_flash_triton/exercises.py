@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.utils._python_dispatch
 
 from course_lib.toolkit.checking import Case, Exercise, Mistake
+from course_lib.toolkit.dispatch_mode import EagerDispatchMode
 
 from . import TRITON_AVAILABLE, TRITON_MISSING
 
@@ -72,7 +72,7 @@ HOST_OPS = frozenset({
     "_make_per_tensor_quantized_tensor", "result_type", "is_nonzero"})
 
 
-class _HostOps(torch.utils._python_dispatch.TorchDispatchMode):
+class _HostOps(EagerDispatchMode):
     """Records the first operator outside :data:`HOST_OPS` that touches a floating tensor, and
     which tensors were dtype casts of which (``_to_copy`` / ``copy_``), so that a kernel's result
     cast back on the host still counts as the kernel's."""

@@ -374,7 +374,7 @@ def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int 
     for all ``H`` query heads: non-view ops whose output has ``B·H·S·E`` or ``B·H·S·Ev``
     elements (a view or ``expand`` of ``k``/``v`` does not count). The default sizes make those
     counts unambiguous (no other tensor has them). Recorded with ``TorchDispatchMode``."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from course_lib.toolkit.dispatch_mode import EagerDispatchMode
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(B, H, L, E, generator=g)
@@ -382,7 +382,7 @@ def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int 
     sizes = {B * H * S * E, B * H * S * Ev}
     found: list[str] = []
 
-    class Record(TorchDispatchMode):
+    class Record(EagerDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             for t in out if isinstance(out, tuple | list) else (out,):
@@ -398,14 +398,14 @@ def kv_copies(attend, B: int = 1, H: int = 8, H_kv: int = 2, L: int = 3, S: int 
 def aten_ops(attend, E: int = 4, Ev: int = 4, H: int = 8, H_kv: int = 2) -> list[str]:
     """Names of the aten ops ``attend(q, k, v, enable_gqa=True)`` dispatches (outermost first
     as they run), for keys of width ``E`` and values of width ``Ev``: which kernel torch picks."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from course_lib.toolkit.dispatch_mode import EagerDispatchMode
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, H, 3, E, generator=g)
     k, v = torch.randn(1, H_kv, 5, E, generator=g), torch.randn(1, H_kv, 5, Ev, generator=g)
     seen: list[str] = []
 
-    class Record(TorchDispatchMode):
+    class Record(EagerDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen.append(str(func.overloadpacket.__name__))
             return func(*args, **(kwargs or {}))

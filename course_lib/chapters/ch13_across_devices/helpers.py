@@ -7,10 +7,10 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_lib.attention import distributed as cp
 from course_lib.attention import reference
+from course_lib.toolkit.dispatch_mode import EagerDispatchMode
 
 # --------------------------------------------------------------------------- datasheet numbers
 
@@ -29,7 +29,7 @@ DATASHEET = {
 # --------------------------------------------------------------------------- the meter
 
 
-class Meter(TorchDispatchMode):
+class Meter(EagerDispatchMode):
     """Counts matmul FLOPs (2·M·N·K per product) and the peak bytes of the tensors allocated
     while it is on (storages freed when they die; the inputs, allocated before, not counted).
     Both are properties of the program, the same on every machine."""

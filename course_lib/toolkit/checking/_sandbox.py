@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..dispatch_mode import EagerDispatchMode
 from ._policy import family
 from ._spec import FORBIDDEN_GROUPS
 
@@ -79,19 +79,13 @@ _TO_NUMPY = frozenset({"numpy", "__array__", "__dlpack__", "tolist", "__array_wr
                        "to_dlpack"})
 
 
-class _Watch(TorchDispatchMode):
+class _Watch(EagerDispatchMode):
     def __init__(self, aten_names: dict[str, str], max_square: int | None,
                  outcome: CallOutcome) -> None:
         super().__init__()
         self.aten_names = aten_names
         self.max_square = max_square
         self.outcome = outcome
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # The default (True) wraps __torch_dispatch__ with torch._dynamo.disable, whose first use
-        # imports torch._dynamo (seconds): that would eat into the learner's time limit.
-        return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
