@@ -1,8 +1,9 @@
-"""Every ``TorchDispatchMode`` of the course is an ``EagerDispatchMode`` (``toolkit.dispatch_mode``):
-torch does not wrap its ``__torch_dispatch__`` in ``torch._dynamo.disable``, so entering one never
-imports ``torch._dynamo``. That import took 2 s in every fresh process and in every forked check
-worker: a check of the Triton flash exercise (chapter 9's ``_HostOps``) took 4.2 s, now 1.5 s.
-In a fresh interpreter, since this one may have imported ``torch._dynamo`` already."""
+"""Every ``TorchDispatchMode`` of the course is an ``EagerDispatchMode`` (toolkit.dispatch_mode).
+
+torch then does not wrap its ``__torch_dispatch__`` in ``torch._dynamo.disable``, so entering one
+never imports ``torch._dynamo``. That import took 2 s in every fresh process and in every forked
+check worker: a check of the Triton flash exercise (chapter 9's ``_HostOps``) took 4.2 s, now
+1.5 s. In a fresh interpreter, since this one may have imported ``torch._dynamo`` already."""
 
 from __future__ import annotations
 
