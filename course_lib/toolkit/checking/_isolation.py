@@ -407,7 +407,7 @@ def _child(fd: int, cases_fd: int, source: Any, params: tuple[str, ...],
 
     recorder, refuse_kernels = _policy.RECORDER, _policy.refuse_kernels
     between = _setup_child(memory_cap, (fd, cases_fd), trusted_code)
-    del trusted_code      # the policy's closure holds it; no frame of learner code's reach does
+    del trusted_code      # the policy's closure holds it now
     if forget is not None:
         forget()          # the session's kept cases and answers of chosen seeds: not here
     send({"kind": "ready"})

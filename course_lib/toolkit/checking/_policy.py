@@ -350,8 +350,8 @@ def install(pid: int, machinery: frozenset[str], generated: frozenset[Any] = fro
     ``machinery``: the checker's own files (their loaded code is trusted *by identity*, see
     :func:`machinery_code`; ``trusted_code``: that table, made by the parent just before it
     forked this worker, from the same modules: the walk reads every loaded module, and in a
-    forked child each one it touches is a page copied, about 9,000 pages per check in a
-    test worker); ``generated``: the checker's generated code (see
+    forked child each object it touches is a page copied, 2,000 of a softmax check's 4,600
+    page faults in the worker); ``generated``: the checker's generated code (see
     :func:`generated_code`); ``protected``: the descriptors the worker reports on and reads its
     cases from, which learner code may not write to, open or duplicate.
 
