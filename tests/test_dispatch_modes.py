@@ -7,8 +7,12 @@ check worker: a check of the Triton flash exercise (chapter 9's ``_HostOps``) to
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "course_lib"
 
 CODE = r'''
 import sys
@@ -47,8 +51,22 @@ print("ok")
 '''
 
 
-def test_no_course_dispatch_mode_imports_dynamo():
+def test_no_course_dispatch_mode_imports_dynamo(tmp_path):
     done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                          timeout=300, env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1",
-                                            "PATH": "/usr/bin:/bin"})
+                          timeout=300, cwd=tmp_path,
+                          env={"TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1",
+                               "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+                               "COURSE_LIB_PROGRESS": str(tmp_path / "progress.sqlite3")})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_only_eager_dispatch_mode_subclasses_torch_s_class():
+    """Also the modes of modules the test above does not import: in the source, a class of the
+    package may name ``TorchDispatchMode`` as its base only in ``toolkit/dispatch_mode.py``."""
+    direct = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                    ast.unparse(base).endswith("TorchDispatchMode") for base in node.bases):
+                direct.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert direct == ["toolkit/dispatch_mode.py:EagerDispatchMode"], direct

@@ -102,6 +102,11 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
+def _code_cell(text: str) -> dict:
+    return {"cell_type": "code", "metadata": {}, "source": text, "outputs": [],
+            "execution_count": None}
+
+
 def _notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
     """The chapter's workbook with the starters of ``defs`` replaced and ``extra_cells`` (code)
     at the end (as tests/test_grading.py builds its class)."""
@@ -113,9 +118,7 @@ def _notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
                 cell["source"] = body
                 replaced.add(name)
     assert replaced == set(defs), ("no starter cell for", set(defs) - replaced)
-    for text in extra_cells:
-        nb["cells"].append({"cell_type": "code", "metadata": {}, "source": text,
-                            "outputs": [], "execution_count": None})
+    nb["cells"] += [_code_cell(text) for text in extra_cells]
     return nb
 
 
@@ -126,8 +129,7 @@ def _small_notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
     0.6 s in the check server per notebook) are left out: they run in the honest notebooks
     (``alice``, ``bob``, ``ctl_time``, ``mallory``) and attack nothing."""
     code = ["import torch\n", *defs.values(), *extra_cells]
-    return {"cells": [{"cell_type": "code", "metadata": {}, "source": text, "outputs": [],
-                       "execution_count": None} for text in code],
+    return {"cells": [_code_cell(text) for text in code],
             "metadata": _workbook_copy()["metadata"], "nbformat": 4, "nbformat_minor": 5}
 
 

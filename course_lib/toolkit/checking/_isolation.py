@@ -556,13 +556,21 @@ def _decode_outcome(msg: dict[str, Any]) -> CallOutcome:
 Launcher = Callable[..., tuple["_Worker", int]]
 
 
+def machinery_table() -> dict[int, Any]:
+    """The checker's own code objects by identity (:func:`._policy.machinery_code` of
+    :func:`machinery_files`), for a worker about to be forked: made in the parent (or the grading
+    server) just before the fork, since in the child each module the walk reads is a page the
+    fork copies."""
+    return _policy.machinery_code(machinery_files())
+
+
 def fork_worker(source: Any, params: tuple[str, ...], forbidden: tuple[str, ...],
                 guard: CourseGuard | None, memory_cap: int | None, extension: Any,
                 forget: Callable[[], None] | None) -> tuple[_Worker, int]:
     """A forked worker (see the module docstring): it inherits ``source`` as it is."""
     r, w = os.pipe()
     cases_r, cases_w = os.pipe()
-    trusted = _policy.machinery_code(machinery_files())   # here: the child would copy pages
+    trusted = machinery_table()    # here: found in the child, every module read is a page copied
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # "fork() in a multi-threaded process": we exec
         pid = os.fork()                       # nothing and leave with os._exit

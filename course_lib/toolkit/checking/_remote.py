@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._isolation import CourseGuard, FileSource, _receive, _send, _Worker
+from ._isolation import CourseGuard, FileSource, _receive, _send, _Worker, machinery_table
 
 
 def _unwrapped(argv: list[str]) -> list[str]:
@@ -246,16 +246,6 @@ class ForkServer:
         self.stop()
 
 
-def _trusted_code() -> dict[int, Any]:
-    """The checker's code objects, by identity (:func:`._policy.machinery_code`), found in the
-    server just before a fork: found in the worker, each module the walk touches is a page the
-    fork copies."""
-    from . import _policy
-    from ._course_code import machinery_files
-
-    return _policy.machinery_code(machinery_files())
-
-
 def serve(control_fd: int) -> int:
     """The server's side: for each request, read the set-up, import, fork a worker, wait for
     it, report its status."""
@@ -272,7 +262,7 @@ def serve(control_fd: int) -> int:
         setup = _receive(cases_fd)
         _write_source(setup)
         _prepare_for(setup)
-        trusted = _trusted_code()      # before the fork: the child would copy pages
+        trusted = machinery_table()      # before the fork (see there)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the worker
             code = 0
