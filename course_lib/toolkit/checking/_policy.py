@@ -378,6 +378,12 @@ def install(pid: int, machinery: frozenset[str], generated: frozenset[Any] = fro
     getframe, real_exit = sys._getframe, os._exit
     busy = [False]
     recorder = RECORDER
+    # The events ``audit`` judges; any other returns at once. CPython raises some on hot paths
+    # (builtins.id on every id(): the checker's own tables are keyed by id), and a Triton check
+    # makes over a million calls.
+    judged = frozenset({"object.__getattr__", "import", "object.__setattr__", "code.__new__",
+                        "compile", "marshal.loads", "marshal.load", "function.__new__", "open",
+                        "fcntl.fcntl", *REFUSED_EVENTS, *FRAME_EVENTS, *TRACE_EVENTS})
 
     def ours(code: Any) -> bool:
         return code is not None and (trusted_code.get(id(code)) is code
@@ -405,7 +411,7 @@ def install(pid: int, machinery: frozenset[str], generated: frozenset[Any] = fro
             busy[0] = False
 
     def audit(event: str, args: tuple[Any, ...]) -> None:
-        if busy[0]:
+        if event not in judged or busy[0]:
             return
         if event == "object.__getattr__":
             if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and asker_is_learner(1):

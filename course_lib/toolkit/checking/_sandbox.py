@@ -181,6 +181,9 @@ def _package_dirs(name: str) -> tuple[str, ...]:
 #: course guard still act on every call). Triton's interpreter runs a kernel as plain Python:
 #: line events in it made a checked kernel ~3x slower than the same kernel unchecked.
 _NO_LINE_EVENTS = (*_TORCH_DIR, *_package_dirs("triton"))
+#: An object's identity as an int, like id() but without id()'s audit event (builtins.id): the
+#: pointer hash, one-to-one for live objects (callers still check ``known is obj``).
+_identity = object.__hash__
 #: Where a conversion to numpy passes through on its way (``np.asarray(t)`` calls torch's
 #: ``Tensor.__array__``, which calls ``t.numpy()``), and the library allowed to ask for one.
 _CONVERTERS = (*_TORCH_DIR, *_package_dirs("numpy"))
@@ -311,13 +314,15 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     # Code objects judged once for good: neither forbidden nor course code (or the learner's
     # own), by identity -> what to return. A Triton kernel under the interpreter makes hundreds
     # of thousands of calls: judging each afresh made a chapter 9 check about 1.5x slower.
+    # Keyed by _identity, not id(): id() raises the audit event builtins.id, which the check
+    # worker's audit hook (_policy) would then judge once per call of the learner's code.
     settled: dict[int, tuple[Any, Any]] = {}
 
     def global_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
             raise _TimeLimit
         code = frame.f_code
-        known = settled.get(id(code))
+        known = settled.get(_identity(code))
         if known is not None and known[0] is code:
             return known[1]
         label = codes.get(code)
@@ -338,7 +343,7 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
         tracer = None if not threaded or code.co_filename.startswith(_NO_LINE_EVENTS) \
             else local_trace
         if settles:
-            settled[id(code)] = (code, tracer)
+            settled[_identity(code)] = (code, tracer)
         return tracer
 
     def target() -> None:
