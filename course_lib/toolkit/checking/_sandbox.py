@@ -317,12 +317,13 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
     # Keyed by _identity, not id(): id() raises the audit event builtins.id, which the check
     # worker's audit hook (_policy) would then judge once per call of the learner's code.
     settled: dict[int, tuple[Any, Any]] = {}
+    identity = _identity      # bound now, like ``refused``: no module attribute to reset later
 
     def global_trace(frame, event, arg):
         if stop[0] and not _importing(frame):
             raise _TimeLimit
         code = frame.f_code
-        known = settled.get(_identity(code))
+        known = settled.get(identity(code))
         if known is not None and known[0] is code:
             return known[1]
         label = codes.get(code)
@@ -343,7 +344,7 @@ def run_call(fn: Callable[..., Any], args: tuple[Any, ...], *, timeout: float,
         tracer = None if not threaded or code.co_filename.startswith(_NO_LINE_EVENTS) \
             else local_trace
         if settles:
-            settled[_identity(code)] = (code, tracer)
+            settled[identity(code)] = (code, tracer)
         return tracer
 
     def target() -> None:
