@@ -16,6 +16,8 @@ Counted in a forked child of the test: an audit hook cannot be removed once adde
 from __future__ import annotations
 
 import os
+import select
+import signal
 
 from course_lib.toolkit.checking._sandbox import run_call
 
@@ -59,9 +61,18 @@ def _count_id_events() -> int:
         finally:
             os._exit(code)
     os.close(write)
-    with os.fdopen(read) as f:
-        text = f.read()
-    _, status = os.waitpid(pid, 0)
+    status = None
+    try:
+        # the child has 60 s; a child that hangs or is left behind by a failure is killed
+        ready, _, _ = select.select([read], [], [], 60.0)
+        text = os.read(read, 64).decode() if ready else ""
+        _, status = os.waitpid(pid, 0) if ready else (pid, None)
+    finally:
+        os.close(read)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert status is not None, "the child did not answer in 60 s"
     assert os.waitstatus_to_exitcode(status) == 0 and text, (status, text)
     return int(text)
 
