@@ -585,9 +585,14 @@ def test_forged_reports_get_no_verdict(extra_after):
     ("from course_lib.toolkit.checking import _isolation\n"
      "_isolation.fresh_args.__defaults__ = (None,)", "the checker's own code"),
     ("import os\nos._exit(0)", "os._exit"),
+    ("import sys\nsys.setprofile(None)", "sys.setprofile"),
+    ("import fcntl\nfor fd in range(3, 256):\n    try:\n        fcntl.fcntl(fd, fcntl.F_DUPFD)\n"
+     "    except OSError:\n        pass", "fcntl on the checker's own report channel"),
+    ("for fd in range(3, 256):\n    try:\n        open(fd, 'wb', closefd=False)\n"
+     "    except OSError:\n        pass", "open() on the checker's own report channel"),
 ], ids=["getframe", "inspect_stack", "walk_stack", "tb_frame", "gc_referrers", "gc_objects",
         "code_swap", "read_code", "compile_as_checker", "marshal", "patch_defaults",
-        "os_exit"])
+        "os_exit", "setprofile", "dup_report_fd", "open_report_fd"])
 def test_the_primitives_of_tampering_are_refused(body, label):
     """Issue 52, routes 1 and 2: walking frames or gc into the worker, swapping or reading the
     code of its functions, making code that claims a trusted file, patching its classes and
