@@ -50,7 +50,12 @@ help:
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt -c constraints.txt
+	# pip byte-compiles on one core; compileall on every core writes the same .pyc files (on 2
+	# cores: 94 s -> 41 s + 35 s). Like pip, files that do not compile (templates, Python 2
+	# fixtures inside packages) are left as they are.
+	$(BIN)/python -c "import compileall, sysconfig; \
+	  compileall.compile_dir(sysconfig.get_path('purelib'), quiet=2, workers=0)"
 	# setuptools' "Editable installation" notice (a warning box, nothing to act on) is silenced.
 	PYTHONWARNINGS="ignore:Editable installation" \
 	  $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
