@@ -4,9 +4,13 @@ counted, cleanup that cannot raise), and outputs escaped everywhere. Fast: no no
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import json
 import os
+import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -139,6 +143,75 @@ def test_the_sandbox_sees_minimal_user_and_host_tables(tmp_path):
         + tables["/etc/hosts"]
     users = [line.split(":")[0] for line in tables["/etc/passwd"].splitlines()]
     assert users == ["root", "nobody"]
+
+
+def _marked(marker: str) -> list[int]:
+    """Every process whose command line holds ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_the_sandbox_ends_with_the_process_that_started_it(tmp_path):
+    """A launcher (as the grading job is to its kernel: the kernel in a session of its own)
+    starts a sandbox and is killed: bubblewrap is its own child, so ``--die-with-parent`` ends
+    the sandbox at once. A shell waiting on a pipe between them kept it running, orphaned."""
+    if sandbox.find_bwrap() is None:
+        pytest.skip("bwrap is not installed")
+    marker = "sandbox-lifetime-" + secrets.token_hex(8)
+    argv = sandbox.command([sys.executable, "-c", "import time; time.sleep(300)", marker],
+                           scratch=None, course=sandbox.course_package(),
+                           limits=sandbox.Limits(), env={}, args_dir=tmp_path)
+    launch = ("import json, subprocess, sys, time\n"
+              "subprocess.Popen(json.loads(sys.argv[1]), start_new_session=True)\n"
+              "time.sleep(300)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", launch, json.dumps(argv)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(_marked(marker)) < 2 and time.monotonic() < deadline:   # bwrap + its python
+            time.sleep(0.1)
+        assert _marked(marker), "the sandbox did not start"
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _marked(marker)
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=10)
+        for pid in _marked(marker):          # whatever the assertion says, nothing stays
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes of the sandbox outlived their launcher: {left}"
+
+
+def test_the_sandbox_holds_no_descriptor_of_bubblewraps_arguments(tmp_path):
+    """bubblewrap's arguments (which name the grader's folders) reach it on a descriptor it
+    closes once read: no open descriptor inside reads them, and standard input is empty."""
+    if sandbox.find_bwrap() is None:
+        pytest.skip("bwrap is not installed")
+    show = ("import os, sys\n"
+            "seen = []\n"
+            "for fd in sorted(int(n) for n in os.listdir('/proc/self/fd')):\n"
+            "    try:\n"
+            "        seen.append(os.pread(fd, 1 << 16, 0))\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print(any(b'--unshare-all' in s for s in seen), repr(sys.stdin.read()))\n")
+    argv = sandbox.command([sys.executable, "-c", show], scratch=None,
+                           course=sandbox.course_package(), limits=sandbox.Limits(), env={},
+                           args_dir=tmp_path)
+    assert b"--unshare-all" in Path(argv[4]).read_bytes()     # the file the arguments are in
+    proc = subprocess.run(argv, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-300:]
+    assert proc.stdout.decode().split() == ["False", "''"], proc.stdout
 
 
 # --------------------------------------------------------------------------- identities

@@ -240,8 +240,12 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     bubblewrap's own arguments (which name the grader's folders) are not on its command line,
     which the sandbox's first process shows in ``/proc/1/cmdline`` (only ``argv`` is): they
     are written to a file in ``args_dir`` (default: the scratch folder's parent) and reach
-    bubblewrap through a pipe (``--args 0``); and bubblewrap starts with an empty environment
-    (``env -i``), which ``/proc/1/environ`` would show."""
+    bubblewrap on a file descriptor it closes once read (``--args 3``; standard input is
+    ``/dev/null``); and bubblewrap starts with an empty environment (``env -i``), which
+    ``/proc/1/environ`` would show. The shell ``exec``s ``env``, which ``exec``s bubblewrap:
+    bubblewrap is the caller's own child, so ``--die-with-parent`` ends the sandbox when the
+    caller dies (a shell left in between, waiting on a pipe, kept the sandbox running after its
+    grader was killed)."""
     bwrap = find_bwrap()
     if bwrap is None:
         raise SandboxUnavailable(unavailable_reason() or "bwrap is missing")
@@ -277,7 +281,7 @@ def command(argv: list[str], *, scratch: Path | None, course: Path, limits: Limi
     with os.fdopen(fd, "wb") as f:
         f.write(b"".join(os.fsencode(a) + b"\0" for a in opts))
     env_bin = shutil.which("env") or "/usr/bin/env"
-    script = 'f=$1 e=$2 b=$3; shift 3; cat "$f" | exec "$e" -i "$b" --args 0 -- "$@"'
+    script = 'f=$1 e=$2 b=$3; shift 3; exec "$e" -i "$b" --args 3 -- "$@" 3<"$f" </dev/null'
     return ["/bin/sh", "-c", script, "sh", args_file, env_bin, bwrap, *argv]
 
 
