@@ -24,12 +24,38 @@ def test_stops_at_the_first_failure_and_prints_every_stage(tmp_path):
     assert res.returncode == 3
     assert not (tmp_path / "ran").exists()
     table = out.read_text().splitlines()
-    assert table[0] == "== stage timings (m:ss)"
-    assert table[1].split() == ["first", "0:00", "ok"]
-    assert table[2].split() == ["second", "0:00", "FAILED", "(exit", "3)"]
+    assert table[0].startswith("== stage timings (m:ss; busy: ")
+    first, second = table[1].split(), table[2].split()
+    assert first[:3] == ["first", "0:00", "busy"] and first[-1] == "ok"
+    assert second[:3] == ["second", "0:00", "busy"] and second[-3:] == ["FAILED", "(exit", "3)"]
+    for row in (first, second):    # this machine's /proc/stat, or "-" without one
+        assert row[4] == "steal" and all(x == "-" or 0 <= int(x.rstrip("%")) <= 100
+                                         for x in (row[3], row[5])), row
     assert table[3].split() == ["third", "-", "not", "run"]
     assert table[4].split()[-3:] == ["FAILED", "at", "second"]
     assert "== stage timings" in res.stdout  # printed, not only written
+
+
+def test_busy_and_steal_are_the_machines_tick_deltas_over_each_stage(tmp_path):
+    """busy = (user + nice + system + irq + softirq + steal) / all ticks between the readings
+    before and after a stage; steal = steal / all; a reading that fails leaves "-"."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 20 800 10 1 2 7 3 0\ncpu0 50 2 10 400 5 0 1 3 1 0\n")
+    assert stage_timer.cpu_ticks(str(stat)) == (135, 7, 945)
+    stat.write_text("cpu  garbage\n")
+    assert stage_timer.cpu_ticks(str(stat)) is None
+    assert stage_timer.cpu_ticks(str(tmp_path / "missing")) is None
+
+    readings = iter([(100, 0, 1000), (200, 10, 1200),       # a: 100 of 200 busy, 10 stolen
+                     (200, 10, 1200), (590, 30, 1600),      # b: 390 of 400 busy, 20 stolen
+                     None, (700, 30, 1700)])                # c: no reading before it
+    stages = stage_timer.parse(["a=true", "b=true", "c=true"])
+    assert stage_timer.run(stages, runner=lambda argv: 0, ticks=lambda: next(readings)) == 0
+    assert [(s.busy, s.steal) for s in stages] == [(0.5, 0.05), (0.975, 0.05), (None, None)]
+    rows = [r.split() for r in stage_timer.summary(stages, 3).splitlines()[2:5]]
+    assert [r[2:6] for r in rows] == [["busy", "50%", "steal", "5%"],
+                                      ["busy", "98%", "steal", "5%"],
+                                      ["busy", "-", "steal", "-"]]
 
 
 def test_all_stages_pass():
