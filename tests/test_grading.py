@@ -389,6 +389,42 @@ def test_learner_copy_has_no_exercises_module(tmp_path):
 
 
 @needs_sandbox
+def test_the_sandbox_imports_the_learner_copy_from_its_bytecode(tmp_path):
+    """The copy is byte-compiled when it is made: Python in the sandbox writes no bytecode to
+    the read-only copy, so without it every kernel and check server compiled the modules a
+    chapter imports again. Here nothing of course_lib is compiled from source in the sandbox."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import importlib.machinery as m, sys\n"
+        "compiled = []\n"
+        "to_code = m.SourceFileLoader.source_to_code\n"
+        "def counting(self, data, path, *args, **kwargs):\n"
+        "    compiled.append(str(path))\n"
+        "    return to_code(self, data, path, *args, **kwargs)\n"
+        "m.SourceFileLoader.source_to_code = counting\n"
+        "import course_lib.chapters.ch03_softmax.helpers\n"
+        "import course_lib.toolkit.checking._remote\n"
+        "ours = sorted(n for n in sys.modules if n.startswith('course_lib'))\n"
+        "print(repr(([p for p in compiled if '/course_lib/' in p], len(ours))))\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    copy = sandbox.learner_copy(tmp_path)
+    cmd = sandbox.command([sys.executable, "-c", probe], scratch=scratch, course=copy,
+                          limits=sandbox.Limits(), env=sandbox.inside_env())
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import ast
+    from_source, imported = ast.literal_eval(done.stdout.strip())
+    assert imported > 10 and from_source == [], from_source
+    # every module of the copy has its bytecode beside it
+    import importlib.util
+    assert [p for p in copy.rglob("*.py")
+            if not Path(importlib.util.cache_from_source(str(p))).is_file()] == []
+
+
+@needs_sandbox
 def test_the_sandbox_sees_no_home_no_network_and_leaves_no_process(tmp_path):
     """A program in the sandbox: the grader's home and files are not there, writes outside its
     scratch fail, there is no network, and a daemon it starts dies with it."""
