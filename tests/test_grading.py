@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+from marked_processes import kill_marked
 
 from course_lib import exercises
 from course_lib.__main__ import main as cli
@@ -466,13 +467,7 @@ def test_the_sandbox_sees_no_home_no_network_and_leaves_no_process(tmp_path):
     assert "COURSE_LIB_PROGRESS" in env and "COURSE_LIB_TEST_TOKEN" not in env
     assert (scratch / "mine.txt").read_text() == "ok"       # its own scratch is writable
     time.sleep(0.5)
-    alive = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                alive.append(pid)
-        except OSError:
-            pass
+    alive = kill_marked(marker)      # killed here whatever the assertion says
     assert alive == [], "a process started in the sandbox outlived it"
     assert (outside / "secret.txt").read_text() == "s3cret"
 

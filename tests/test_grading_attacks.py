@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from marked_processes import kill_marked, marked
 from test_grading import NO_SHIFT_SOFTMAX, RIGHT_SELF_ATTENTION, RIGHT_SOFTMAX
 
 from course_lib.toolkit import grading, workbook
@@ -839,20 +840,6 @@ def _snapshot(folder: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple[int,
     return found
 
 
-def _marked(marker: str) -> list[int]:
-    """Processes (other than this one) whose command line contains ``marker``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
-
-
 def _rows(path: Path) -> dict[str, dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return {r["learner"]: r for r in csv.DictReader(f)}
@@ -945,18 +932,18 @@ def klass() -> dict[str, Any]:
             mp.setenv("HOME", str(home))
             mp.setattr(tempfile, "tempdir", str(gtmp))    # where the grader's jobs live
             run = grading.grade(submitted, gradebook, seed=SEED, **settings)
+    except BaseException:
+        kill_marked(marker)           # a grading that failed leaves no notebook's process
+        raise
     finally:
         signal.signal(signal.SIGUSR1, old_usr1)
     seconds = time.perf_counter() - started
     first = gradebook.read_bytes()
     # Anything the notebooks started is gone (the sandbox ends with its first process).
     deadline = time.monotonic() + 10
-    while _marked(marker) and time.monotonic() < deadline:
+    while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    survivors = _marked(marker)
-    for pid in survivors:       # started by this test's notebooks: end them, then fail below
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    survivors = kill_marked(marker)   # started by this test's notebooks: end them, fail below
     accepted = []
     with contextlib.suppress(BlockingIOError):
         while True:

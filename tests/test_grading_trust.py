@@ -4,19 +4,18 @@ counted, cleanup that cannot raise), and outputs escaped everywhere. Fast: no no
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from marked_processes import kill_marked, marked
 
 from course_lib.toolkit.grading import report, sandbox, submissions
 
@@ -145,19 +144,6 @@ def test_the_sandbox_sees_minimal_user_and_host_tables(tmp_path):
     assert users == ["root", "nobody"]
 
 
-def _marked(marker: str) -> list[int]:
-    """Every process whose command line holds ``marker``."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(pid))
-        except (OSError, ValueError):
-            pass
-    return found
-
-
 def test_the_sandbox_ends_with_the_process_that_started_it(tmp_path):
     """A launcher (as the grading job is to its kernel: the kernel in a session of its own)
     starts a sandbox and is killed: bubblewrap is its own child, so ``--die-with-parent`` ends
@@ -174,21 +160,19 @@ def test_the_sandbox_ends_with_the_process_that_started_it(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", launch, json.dumps(argv)])
     try:
         deadline = time.monotonic() + 60
-        while len(_marked(marker)) < 2 and time.monotonic() < deadline:   # bwrap + its python
+        while len(marked(marker)) < 2 and time.monotonic() < deadline:   # bwrap + its python
             time.sleep(0.1)
-        assert _marked(marker), "the sandbox did not start"
+        assert marked(marker), "the sandbox did not start"
         launcher.kill()
         launcher.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _marked(marker) and time.monotonic() < deadline:
+        while marked(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _marked(marker)
+        left = marked(marker)
     finally:
         launcher.kill()
         launcher.wait(timeout=10)
-        for pid in _marked(marker):          # whatever the assertion says, nothing stays
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_marked(marker)                  # whatever the assertion says, nothing stays
     assert left == [], f"processes of the sandbox outlived their launcher: {left}"
 
 

@@ -148,7 +148,7 @@ def learner_copy(dest: Path | None = None) -> Path:
         # read-only, so each check server would otherwise compile the package (about 1.5 s).
         _index(target)
         # Its bytecode too, for the same reason: Python in the sandbox writes none
-        # (PYTHONDONTWRITEBYTECODE), so each kernel and check server compiled the 70-odd
+        # (PYTHONDONTWRITEBYTECODE), so each kernel and check server compiled the 60-70
         # modules a chapter imports again: 0.27 s of CPU per process (0.3 s once, here).
         import compileall
 
