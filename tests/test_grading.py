@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -555,23 +556,107 @@ def test_one_check_server_per_notebook_survives_a_stopped_worker(tmp_path):
     assert "seen: []" in spy.message, spy.message     # no exercise, no answer, no module
 
 
+# What the grading sandbox takes away from a notebook's cells, beyond what chapter 3's class above
+# meets (the imports, figures, explorers and checks every chapter has): processes, sockets, files
+# outside the working folder, compilers' caches, the machine's own facts. Each, by the names in a
+# chapter's cells or in the modules of its chapter package those cells import that use it.
+SANDBOX_SENSITIVE = {
+    "starts processes": r"\bsubprocess\b|\bmultiprocessing\b|\bPopen\b|\bmp\.spawn\b"
+                        r"|\bos\.(?:fork|system|exec\w*|posix_spawn\w*)\b",
+    "measures memory in a fresh process": r"measure_peak_memory|run_sweep|peak_extra_memory"
+                                          r"|quick_sweep|memory=\"(?:fresh|batched)\"",
+    "opens sockets": r"\bsocket\b|\btorch\.distributed\b",
+    "runs Triton's interpreter (and its cache)": r"\btriton\b",
+    "compiles (torch.compile, flex_attention)": r"torch\.compile|\bflex_attention\b"
+                                                r"|create_block_mask",
+    "writes files": r"\btempfile\b|\bopen\([^)]*[\"'][wax]|\.write_(?:text|bytes)\(|\.mkdir\(",
+    "reads the machine's facts": r"\b(?:cache_sizes|machine_info|cpu_model|load_average)\(",
+}
+#: The chapters whose untouched workbooks run whole in the sandbox, and why each is needed (what
+#: :func:`_sandbox_sensitive` finds in it; a test below keeps this in step with the chapters).
+RUN_WHOLE = {
+    "07_complexity": "measures memory in a fresh process; reads the machine's caches",
+    "08_flash": "measures memory in a fresh process (one subprocess for many points)",
+    "09_flash_triton": "runs Triton's interpreter",
+    "11_flex_attention": "compiles: flex_attention and create_block_mask",
+    "13_across_devices": "starts gloo ranks as processes that talk over sockets, in a temp folder",
+}
+
+
+def _chapter_sources(path: Path) -> dict[str, str]:
+    """A chapter's code cells (not the setup cell, the same in every chapter and run in chapter
+    3's class) and the modules of its chapter package the cells import, with the modules those
+    import from the package in turn."""
+    nb = json.loads(path.read_text())
+    cells = "\n".join(_source(c) for c in nb["cells"] if c["cell_type"] == "code"
+                      and "setup" not in c.get("metadata", {}).get("tags", []))
+    sources = {"cells": cells}
+    package = next((ROOT / "course_lib" / "chapters").glob(f"ch{path.stem[:2]}_*"), None)
+    if package is None:
+        return sources
+    dotted = f"course_lib.chapters.{package.name}"
+    wanted = set(re.findall(rf"from {re.escape(dotted)} import ([\w, ]+)", cells))
+    todo = {n.split(" as ")[0].strip() for group in wanted for n in group.split(",")}
+    todo |= set(re.findall(rf"{re.escape(dotted)}\.(\w+)", cells)) | {"__init__"}
+    while todo:
+        name = todo.pop()
+        module = package / f"{name}.py"
+        if name in sources or not module.is_file():
+            continue
+        sources[name] = text = module.read_text()
+        todo |= set(re.findall(r"^from \.(\w+) import", text, re.M))
+        todo |= {n.split(" as ")[0].strip() for group in
+                 re.findall(r"^from \. import ([\w, ]+)", text, re.M) for n in group.split(",")}
+    return sources
+
+
+def _sandbox_sensitive(path: Path) -> dict[str, list[str]]:
+    """What of :data:`SANDBOX_SENSITIVE` a chapter uses, and where (cells or module names)."""
+    sources = _chapter_sources(path)
+    found = {why: sorted(k for k, text in sources.items() if re.search(pattern, text))
+             for why, pattern in SANDBOX_SENSITIVE.items()}
+    return {why: where for why, where in found.items() if where}
+
+
+def test_the_chapters_run_whole_in_the_sandbox_are_those_that_use_what_it_restricts():
+    chapters = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+    uses = {ch: _sandbox_sensitive(ROOT / "book" / f"{ch}.ipynb") for ch in chapters}
+    assert {ch for ch, found in uses.items() if found} == set(RUN_WHOLE), uses
+    assert CHAPTER not in RUN_WHOLE      # chapter 3 runs whole in the class above
+    # the scan itself: it sees a process, a write and a fresh-process measurement where they are
+    assert "starts processes" in uses["13_across_devices"]
+    assert uses["08_flash"]["measures memory in a fresh process"] == ["cells"]
+    assert uses["07_complexity"]["measures memory in a fresh process"] == ["cells", "helpers"]
+    assert _sandbox_sensitive(ROOT / "book" / f"{CHAPTER}.ipynb") == {}
+
+
 @needs_sandbox
 @pytest.mark.slow
 @pytest.mark.xdist_group("grading")
 def test_every_chapters_untouched_workbook_grades_with_no_error_note(tmp_path):
-    """The chapters' own cells run in the sandbox as they run for a learner (chapter 8's memory
-    cells start a subprocess, chapter 9 runs Triton's interpreter): an untouched workbook is
-    'ran' with no note, and every exercise is 'not attempted'."""
-    subs = tmp_path / "learner"
-    subs.mkdir()
+    """Every chapter's untouched workbook is graded as a learner's would be: each exercise 'not
+    attempted', no note. The chapters in :data:`RUN_WHOLE` run whole in the sandbox (chapter 8's
+    memory cells start a subprocess, chapter 9 runs Triton's interpreter, ...): status 'ran'. The
+    others use nothing the sandbox restricts that chapter 3's class does not meet, and their cells
+    run in both nbval stages: they are graded by their functions alone (``run="functions"``:
+    status 'checked'), which still reads each chapter's exercises and their starters in the
+    sandbox. Running all of them whole took 120-157 s of this test's 2-core run, these 40-60 s."""
+    learners = {"whole": tmp_path / "whole", "functions": tmp_path / "functions"}
+    for folder in learners.values():
+        folder.mkdir()
     for path in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
         nb = json.loads(path.read_text())
-        _write(subs, path.stem, workbook.learner_copy(nb, path.stem))
-    run = grading.grade([subs], tmp_path / "gradebook.csv", jobs=2, progress=False,
-                        cell_timeout=300, notebook_timeout=900, seed=SEED)
-    assert len(run.results) == len(list(subs.glob("*.ipynb")))
-    wrong = [(Path(r["notebook"]).name, r["status"], r["detail"]) for r in run.results
-             if (r["status"], r["detail"]) != ("ran", "")]
-    assert wrong == []
-    for r in run.results:
-        assert {v["verdict"] for v in r["verdicts"]} == {"not_attempted"}, r["verdicts"]
+        folder = learners["whole" if path.stem in RUN_WHOLE else "functions"]
+        _write(folder, path.stem, workbook.learner_copy(nb, path.stem))
+    assert len(list(learners["whole"].glob("*.ipynb"))) == len(RUN_WHOLE)
+    for run_mode, status in (("all", "ran"), ("functions", "checked")):
+        folder = learners["whole" if run_mode == "all" else "functions"]
+        run = grading.grade([folder], tmp_path / f"{run_mode}.csv", jobs=2, progress=False,
+                            cell_timeout=300, notebook_timeout=900, seed=SEED, run=run_mode)
+        assert len(run.results) == len(list(folder.glob("*.ipynb")))
+        wrong = [(Path(r["notebook"]).name, r["status"], r["detail"]) for r in run.results
+                 if (r["status"], r["detail"]) != (status, "")]
+        assert wrong == []
+        for r in run.results:
+            assert r["verdicts"], r["notebook"]
+            assert {v["verdict"] for v in r["verdicts"]} == {"not_attempted"}, r["verdicts"]
