@@ -73,6 +73,18 @@ def _notebook(defs: dict[str, str], extra_cells: list[str] = (), first: str = ""
     return nb
 
 
+def small_notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
+    """A chapter-3 notebook of the definitions and cells alone: the workbook's metadata (which
+    names the chapter), ``import torch``, one cell per definition of ``defs`` and the
+    ``extra_cells``. The chapter's own cells (its imports, figures and explorer: about 1.2 s in
+    the kernel and 0.6 s in the check server per notebook) are left out where a notebook tests
+    something else (a loop, a crash, an attack): the honest notebooks run them."""
+    code = ["import torch\n", *defs.values(), *extra_cells]
+    return {"cells": [{"cell_type": "code", "metadata": {}, "source": text, "outputs": [],
+                       "execution_count": None} for text in code],
+            "metadata": _workbook_copy()["metadata"], "nbformat": 4, "nbformat_minor": 5}
+
+
 def _write(folder: Path, name: str, nb: dict) -> Path:
     path = folder / f"{name}.ipynb"
     path.write_text(json.dumps(nb))
@@ -99,12 +111,15 @@ def klass(tmp_path_factory) -> dict[str, Path]:
     _write(subs, "carol", _notebook({"softmax": RIGHT_SOFTMAX}))            # partly done
     # The cell limit is wall time: a loop that sleeps meets it as a spinning one does, without
     # keeping a core busy for CELL_LIMIT seconds beside the other tests (issue 50).
-    _write(subs, "loops", _notebook({"softmax": RIGHT_SOFTMAX},
-                                    ["import time\nwhile True:\n    time.sleep(0.05)\n"]))
-    _write(subs, "killer", _notebook({"softmax": RIGHT_SOFTMAX},
-                                     ["import os\nos.kill(os.getpid(), 9)\n"]))
-    _write(subs, "hog", _notebook({"softmax": RIGHT_SOFTMAX},     # over the 2 GiB cap
-                                  ["hog = bytearray(3 * 1024 ** 3)\n"]))
+    # The three that loop, die or exhaust memory are the cells that do it alone (and a right
+    # softmax, whose grade shows the checks ran anyway): the chapter's cells run in the others.
+    _write(subs, "loops", small_notebook({"softmax": RIGHT_SOFTMAX},
+                                         ["import time\nwhile True:\n    time.sleep(0.05)\n",
+                                          "after = 1\n"]))
+    _write(subs, "killer", small_notebook({"softmax": RIGHT_SOFTMAX},
+                                          ["import os\nos.kill(os.getpid(), 9)\n"]))
+    _write(subs, "hog", small_notebook({"softmax": RIGHT_SOFTMAX},     # over the 2 GiB cap
+                                       ["hog = bytearray(3 * 1024 ** 3)\n"]))
     return {"subs": subs, "out": outdir, "gradebook": outdir / "gradebook.csv"}
 
 
@@ -174,16 +189,15 @@ def test_a_class_is_graded_exactly_and_reproducibly(klass, monkeypatch, tmp_path
     again = _grade(klass, cache=cache)
     assert again.graded == 0, ("every notebook should come from the cache", again.cache_errors)
     assert klass["gradebook"].read_bytes() == first
-    subset = [klass["subs"] / f"{n}.ipynb" for n in ("alice", "bob")]
     out = klass["out"] / "fresh.csv"
     monkeypatch.setattr(grading, "checker_digest", lambda: "a changed checker")
-    fresh_run = grading.grade(subset, out, jobs=2, progress=False, cell_timeout=CELL_LIMIT,
-                              notebook_timeout=400, cache=cache, seed=SEED)
-    assert fresh_run.graded == 2
+    fresh_run = grading.grade([klass["subs"] / "bob.ipynb"], out, jobs=2, progress=False,
+                              cell_timeout=CELL_LIMIT, notebook_timeout=400, cache=cache,
+                              seed=SEED)
+    assert fresh_run.graded == 1
     fresh = out.read_text().splitlines()
     assert fresh[0] == first.decode().splitlines()[0]
-    assert fresh[1:] == [x for x in first.decode().splitlines()[1:]
-                         if x.split(",", 1)[0] in ("alice", "bob")]
+    assert fresh[1:] == [x for x in first.decode().splitlines()[1:] if x.startswith("bob,")]
 
 
 @pytest.mark.slow

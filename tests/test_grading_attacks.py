@@ -13,7 +13,8 @@ The notebooks, and why each is needed (each attack also defines a softmax, right
 its row shows what was graded; a notebook byte-identical to another is run once, so the copies
 cost nothing). The honest ``alice``, ``bob``, ``ctl_time`` and ``mallory`` are the chapter's
 workbook with the starters filled in; every other notebook holds the attack alone
-(:func:`_small_notebook`: the workbook's metadata, ``import torch``, its definitions and cells):
+(``test_grading.small_notebook``: the workbook's metadata, ``import torch``, its definitions and
+cells):
 
 * ``alice`` (right), ``bob`` (unstable): honest rows keep their grades; ``ctl_time``: a right
   softmax in a ``%%time`` cell through the whole sandboxed run;
@@ -53,7 +54,7 @@ from typing import Any
 
 import pytest
 from marked_processes import kill_marked, marked
-from test_grading import NO_SHIFT_SOFTMAX, RIGHT_SELF_ATTENTION, RIGHT_SOFTMAX
+from test_grading import NO_SHIFT_SOFTMAX, RIGHT_SELF_ATTENTION, RIGHT_SOFTMAX, small_notebook
 
 from course_lib.toolkit import grading, workbook
 from course_lib.toolkit.grading import report, sandbox
@@ -121,17 +122,6 @@ def _notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
     assert replaced == set(defs), ("no starter cell for", set(defs) - replaced)
     nb["cells"] += [_code_cell(text) for text in extra_cells]
     return nb
-
-
-def _small_notebook(defs: dict[str, str], extra_cells: list[str] = ()) -> dict:
-    """A chapter-3 notebook of the attack alone: the workbook's metadata (which names the
-    chapter), ``import torch``, one cell per definition of ``defs`` and the ``extra_cells``.
-    The chapter's own cells (its imports, figures and explorer: about 1.2 s in the kernel and
-    0.6 s in the check server per notebook) are left out: they run in the honest notebooks
-    (``alice``, ``bob``, ``ctl_time``, ``mallory``) and attack nothing."""
-    code = ["import torch\n", *defs.values(), *extra_cells]
-    return {"cells": [_code_cell(text) for text in code],
-            "metadata": _workbook_copy()["metadata"], "nbformat": 4, "nbformat_minor": 5}
 
 
 def _extra_numbers(nb: dict, extra_cells: list[str]) -> list[int]:
@@ -243,7 +233,7 @@ def _attacks(paths: dict[str, Any]) -> dict[str, tuple[dict, list[int]]]:
     made: dict[str, tuple[dict, list[int]]] = {}
 
     def add(name: str, defs: dict[str, str], cells: list[str] = (), full: bool = False) -> None:
-        nb = (_notebook if full else _small_notebook)(defs, list(cells))
+        nb = (_notebook if full else small_notebook)(defs, list(cells))
         made[name] = (nb, _extra_numbers(nb, list(cells)))
 
     # 1. Module-level code replaces the checker's call path, then uses torch.softmax.
@@ -754,7 +744,7 @@ def self_attention(x, w_q, w_k, w_v, _swapped=_swap()):
 """})
 
     # A non-UTF-8 file name (graded like any other).
-    made[b"caf\xe9"] = (_small_notebook({"softmax": RIGHT_SOFTMAX}), [])
+    made[b"caf\xe9"] = (small_notebook({"softmax": RIGHT_SOFTMAX}), [])
 
     # 23. Nondeterminism: two byte-identical notebooks whose functions fold what differs between
     #     two jobs (the file's path, the folder, the random generators, the process) into their
@@ -771,7 +761,7 @@ _SEEN = repr((__file__, os.getcwd(), sorted(os.listdir('.')), random.random(),
               sorted(os.environ.items()), os.uname().nodename))
 _DERIVED = int(hashlib.sha256(_SEEN.encode()).hexdigest(), 16)
 """
-    twin = _small_notebook({"softmax": derive + """
+    twin = small_notebook({"softmax": derive + """
 
 def softmax(x, dim=-1):
     if _DERIVED % 2:
@@ -786,7 +776,7 @@ def softmax(x, dim=-1):
     # the paths their functions can read of the sandbox they run in (its mounts, its processes'
     # command lines and environments) must be the same, and name none of the grader's folders.
     # (Mount ids, pids and times differ between any two sandboxes: only paths are compared.)
-    near = _small_notebook({"softmax": RIGHT_SOFTMAX, "self_attention": """import glob
+    near = small_notebook({"softmax": RIGHT_SOFTMAX, "self_attention": """import glob
 import re
 
 
