@@ -135,12 +135,36 @@ KERNEL_POLLING = Path(__file__).resolve().parent.parent / "course_lib" / "toolki
     "kernel_polling.py"
 
 
+#: The chapter the fresh environment runs: FlexAttention draws its figures from its committed
+#: benchmarks (``chapters/ch11_flex_attention/data``), so a wheel without its package data shows
+#: fewer figures or raises; chapter 7's loaders would do too, with a live sweep of 20 s besides.
+LAUNCHED = "11_flex_attention"
+#: A cell put after the setup cell: the loaders of the other kinds of package data find theirs in
+#: the installed wheel (``toolkit/bench/results``, ``chapters/ch10_inference/data``).
+PACKAGE_DATA_CELL = textwrap.dedent("""
+    import pathlib
+    import course_lib
+    assert pathlib.Path(course_lib.__file__).is_relative_to({target!r}), course_lib.__file__
+    from course_lib.chapters.ch07_complexity import helpers as cx
+    from course_lib.chapters.ch10_inference import helpers as inf
+    assert cx.committed_benchmark() is not None, "no committed benchmark found"
+    assert inf.load_decode_results()["results"] and inf.committed_matmul_rate() > 0
+""")
+
+
+def _figures(nb: dict) -> int:
+    return sum("image/png" in out.get("data", {})
+               for cell in nb["cells"] if cell["cell_type"] == "code"
+               for out in cell.get("outputs", []))
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("course_lib_wheel")
 def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, course_lib_wheel):
     """Like Colab: no course_lib; the setup cell installs it (here from a locally built wheel,
-    offline: the session's ``course_lib_wheel``), then the learner's copy of a chapter runs and
-    records nothing as passed."""
+    offline: the session's ``course_lib_wheel``), a non-editable install outside the checkout.
+    Then the learner's copy of chapter 11 runs from it with every figure the book shows, finds
+    every kind of package data, and records nothing as passed."""
     wheel = course_lib_wheel
 
     # A fresh environment without course_lib; its dependencies (torch...) come from this one.
@@ -158,16 +182,21 @@ def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, c
     env.update(PYTHONPATH=str(target), PIP_TARGET=str(target), PIP_NO_DEPS="1",
                PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
                COURSE_LIB_REQUIREMENT=str(wheel), HOME=str(tmp_path / "home"),
-               COURSE_LIB_PROGRESS=str(tmp_path / "progress.sqlite3"), MPLBACKEND="agg")
+               COURSE_LIB_PROGRESS=str(tmp_path / "progress.sqlite3"),
+               MPLBACKEND="module://matplotlib_inline.backend_inline")   # figures as outputs
     missing = subprocess.run([python, "-c", "import course_lib"], env=env, capture_output=True,
                              text=True, cwd=tmp_path)
     assert missing.returncode == 1 and "No module named 'course_lib'" in missing.stderr
 
-    nb = json.loads((BOOK / "01_library_analogy.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((BOOK / f"{LAUNCHED}.ipynb").read_text(encoding="utf-8"))
+    figures = _figures(nb)
     notebook_setup.apply(nb, _setup_source())               # as the lead applies it to book/
-    learner = workbook.learner_copy(nb, "01_library_analogy.ipynb")
+    learner = workbook.learner_copy(nb, f"{LAUNCHED}.ipynb")
     assert learner["cells"][0]["metadata"]["tags"][0] == "setup"
-    chapter = tmp_path / "01_library_analogy.ipynb"
+    learner["cells"].insert(1, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                "execution_count": None,
+                                "source": PACKAGE_DATA_CELL.format(target=str(target))})
+    chapter = tmp_path / f"{LAUNCHED}.ipynb"
     chapter.write_text(workbook.dumps(learner), encoding="utf-8")
     runner = tmp_path / "run.py"
     runner.write_text(RUNNER)
@@ -175,6 +204,9 @@ def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, c
                           str(KERNEL_POLLING)],
                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
+    for data in (("toolkit", "bench", "results", "cpu-float32.json"),
+                 ("chapters", "ch10_inference", "data", "decode-cpu.json")):
+        assert target.joinpath("course_lib", *data).is_file(), data
     probe = subprocess.run([python, "-c", PROBE], env=env, capture_output=True, text=True,
                            check=True, cwd=tmp_path)
     data = json.loads(probe.stdout)
@@ -182,8 +214,9 @@ def test_a_wheel_installed_by_the_setup_cell_runs_a_workbook_chapter(tmp_path, c
     assert not any(a["passed"] for a in data["attempts"])
     assert data["attempts"] == []                               # starters are not attempts
     out = json.loads((tmp_path / "out.ipynb").read_text())
-    check = next(c for c in out["cells"] if "".join(c["source"]).startswith("exercises.check"))
-    assert "Not attempted yet." in json.dumps(check["outputs"])
+    assert figures >= 2 and _figures(out) == figures
+    checks = [c for c in out["cells"] if "".join(c["source"]).startswith("exercises.check")]
+    assert checks and all("Not attempted yet." in json.dumps(c["outputs"]) for c in checks)
 
 
 # --------------------------------------------------------------------------- Binder, the book
