@@ -369,19 +369,33 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 AXE_FAILING_IMPACTS = ("serious", "critical")
 
 _AXE_RUN_JS = """
-async (tags) => {
-  const r = await axe.run(document, {runOnly: {type: 'tag', values: tags},
-                                     resultTypes: ['violations']});
-  return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
-                                 nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 3),
-                                 count: v.nodes.length}));
+async ([tags, colourOutside]) => {
+  const report = r => r.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help, count: v.nodes.length,
+    nodes: v.nodes.map(n => n.target.join(' ')).slice(0, 3)}));
+  if (!colourOutside) {
+    return report(await axe.run(document, {runOnly: {type: 'tag', values: tags},
+                                           resultTypes: ['violations']}));
+  }
+  const off = Object.fromEntries(COLOUR_RULES.map(id => [id, {enabled: false}]));
+  const rest = await axe.run(document, {runOnly: {type: 'tag', values: tags}, rules: off,
+                                        resultTypes: ['violations']});
+  const colour = await axe.run({include: [document], exclude: [[colourOutside]]},
+                               {runOnly: {type: 'rule', values: COLOUR_RULES},
+                                resultTypes: ['violations']});
+  return report(rest).concat(report(colour));
 }
 """
+#: axe's rules that read colours (text contrast; a link told from its text by colour alone).
+AXE_COLOUR_RULES = ("color-contrast", "link-in-text-block")
+_AXE_RUN_JS = _AXE_RUN_JS.replace("COLOUR_RULES", repr(list(AXE_COLOUR_RULES)))
 
 
-def axe_violations(page) -> list[dict]:
+def axe_violations(page, colour_outside: str | None = None) -> list[dict]:
     """axe-core's WCAG 2.1 A/AA violations on the page as it is now (all impacts): per rule its
-    id, impact, help text, node count and the first three nodes' selectors."""
+    id, impact, help text, node count and the first three nodes' selectors. ``colour_outside``:
+    a selector whose elements the colour rules (:data:`AXE_COLOUR_RULES`) leave out, where
+    another check shows their colours are those checked elsewhere."""
     if not AXE_JS.is_file():
         raise FileNotFoundError(f"{AXE_JS} not found: run `npm ci` (`make book` does) to install "
                                 "axe-core, pinned in package-lock.json")
@@ -390,14 +404,16 @@ def axe_violations(page) -> list[dict]:
     page.evaluate("() => document.fonts.ready.then(() => true)")
     if not page.evaluate("() => !!window.axe"):
         page.add_script_tag(content=AXE_JS.read_text(encoding="utf-8"))
-    return page.evaluate(_AXE_RUN_JS, AXE_TAGS)
+    return page.evaluate(_AXE_RUN_JS, [AXE_TAGS, colour_outside])
 
 
-def check_axe(page) -> list[str]:
-    """No serious or critical violation of a WCAG 2.1 A/AA rule (axe-core) on the page."""
+def check_axe(page, colour_outside: str | None = None) -> list[str]:
+    """No serious or critical violation of a WCAG 2.1 A/AA rule (axe-core) on the page
+    (``colour_outside``: see :func:`axe_violations`)."""
     return [f"axe {v['id']} ({v['impact']}, {v['count']} element(s)): {v['help']}: "
             + "; ".join(v["nodes"])
-            for v in axe_violations(page) if v["impact"] in AXE_FAILING_IMPACTS]
+            for v in axe_violations(page, colour_outside)
+            if v["impact"] in AXE_FAILING_IMPACTS]
 
 
 _IMAGE_ALTS_JS = """

@@ -10,8 +10,14 @@
 * Every player's text is at least 10 px high as shown (``data-min-text-px`` of
   ``course_lib.toolkit.explorer.Explorer.player_html`` times the image's display scale).
 * Accessible at this width too: no serious or critical axe-core violation of the WCAG 2.1 A/AA
-  rules; every box that scrolls sideways is reachable by keyboard, named, and shades the edge
-  where more content hides (the scroll cue); an open navigation drawer dims the page behind it.
+  rules. The rules that read colours (text contrast, links told by colour) run on the page's
+  frame (header, sidebars, footer: the themes give them other colours by width) but not inside
+  the article, whose colours are shown to be those ``test_page`` checks at 1400 px: every
+  element of the article and each element around it has the same text and background colour,
+  opacity, decoration, text size class (large or not) and visibility at both widths (one
+  axe-core run takes 4-8 s on a long chapter, its colour rules about two thirds). Every box that
+  scrolls sideways is reachable by keyboard, named, and shades the edge where more content hides
+  (the scroll cue); an open navigation drawer dims the page behind it.
 """
 
 from __future__ import annotations
@@ -56,6 +62,61 @@ _PLAYER_TEXT_JS = """
   return {i, px: parseFloat(player.dataset.minTextPx) * scale, scale};
 })
 """
+
+
+#: Where the colour rules of axe-core do not run at 390 px (see the module's docstring).
+ARTICLE = "article.bd-article"
+DESKTOP_SIZE = {"width": 1400, "height": 900}
+
+# What decides a text's contrast, per element of the article and each element around it: its
+# text and background colours, opacity, blending and decoration, whether it counts as large text
+# for WCAG (24 px, or 18.66 px bold) and whether it is shown. ``keep``: remember them (at this
+# width); else compare with those remembered and return what differs (null: no article).
+_ARTICLE_COLOURS_JS = """
+([article, keep]) => {
+  const root = document.querySelector(article);
+  if (!root) return null;
+  const els = [];
+  for (let a = root.parentElement; a; a = a.parentElement) els.unshift(a);
+  els.push(root, ...root.querySelectorAll('*'));
+  const looks = els.map(el => {
+    const s = getComputedStyle(el);
+    const size = parseFloat(s.fontSize), bold = parseInt(s.fontWeight, 10) >= 700;
+    const shown = s.display !== 'none' && s.visibility !== 'hidden' &&
+                  el.getClientRects().length > 0;
+    return [s.color, s.backgroundColor, s.backgroundImage, s.opacity, s.mixBlendMode, s.filter,
+            s.textDecorationLine, size >= 24 || (bold && size >= 18.66), shown].join(' | ');
+  });
+  if (keep) {
+    window.courseArticleLooks = looks;
+    return [];
+  }
+  const before = window.courseArticleLooks;
+  if (before.length !== looks.length) return [`${before.length} elements, then ${looks.length}`];
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+    (typeof el.className === 'string' && el.className ?
+     '.' + el.className.trim().split(/\\s+/).slice(0, 2).join('.') : '');
+  return looks.flatMap((look, i) => look === before[i] ? [] :
+                       [`${name(els[i])}: ${before[i]}, then ${look}`]);
+}
+"""
+
+
+def check_article_colours_as_on_a_desktop(page) -> list[str]:
+    """The article's colours at this width are those at 1400 px (:data:`_ARTICLE_COLOURS_JS`);
+    the page is shown at 1400 px for the comparison, then at this width again."""
+    here = page.viewport_size
+    if page.evaluate(_ARTICLE_COLOURS_JS, [ARTICLE, True]) is None:
+        return []           # no article (the search page): the colour rules ran on all of it
+    page.set_viewport_size(DESKTOP_SIZE)
+    try:
+        differ = page.evaluate(_ARTICLE_COLOURS_JS, [ARTICLE, False])
+    finally:
+        page.set_viewport_size(here)
+    return [f"{len(differ)} element(s) of the article change colour, decoration or visibility "
+            f"between {here['width']} and {DESKTOP_SIZE['width']} px (axe's colour rules check "
+            f"the article at {DESKTOP_SIZE['width']} px only): " + "; ".join(differ[:3])
+            ] if differ else []
 
 
 def _visible(page, selector: str):
@@ -103,7 +164,7 @@ def test_a_page_on_a_phone(page_path, site, server, phone):
     problems += overflow["out"]
 
     problems += check_scroll_cues(page)
-    problems += check_axe(page)     # WCAG 2.1 A/AA, serious or critical: none
+    problems += check_axe(page, colour_outside=ARTICLE)  # WCAG 2.1 A/AA, serious/critical: none
 
     for player in page.evaluate(_PLAYER_TEXT_JS):
         if player["px"] < MIN_TEXT_PX:
@@ -121,6 +182,7 @@ def test_a_page_on_a_phone(page_path, site, server, phone):
             problems.append(problem)
     elif page.locator("#pst-page-toc-nav").count():
         problems.append("the page has contents but no visible page-contents toggle")
+    problems += check_article_colours_as_on_a_desktop(page)     # last: it resizes the page
     assert not problems, f"{page_path} at 390 px:\n  " + "\n  ".join(problems)
 
 
