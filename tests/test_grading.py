@@ -654,7 +654,8 @@ def test_every_chapters_untouched_workbook_grades_with_no_error_note(tmp_path):
     others use nothing the sandbox restricts that chapter 3's class does not meet, and their cells
     run in both nbval stages: they are graded by their functions alone (``run="functions"``:
     status 'checked'), which still reads each chapter's exercises and their starters in the
-    sandbox. Running all of them whole took 120-157 s of this test's 2-core run, these 40-60 s."""
+    sandbox. In `make unit` on 2 cores the test took 120-157 s with all fourteen run whole, 61-76 s
+    like this."""
     learners = {"whole": tmp_path / "whole", "functions": tmp_path / "functions"}
     for folder in learners.values():
         folder.mkdir()
