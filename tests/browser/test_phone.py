@@ -66,7 +66,6 @@ _PLAYER_TEXT_JS = """
 
 #: Where the colour rules of axe-core do not run at 390 px (see the module's docstring).
 ARTICLE = "article.bd-article"
-DESKTOP_SIZE = {"width": 1400, "height": 900}
 
 # What decides a text's contrast, per element of the article and each element around it: its
 # text and background colours, opacity, blending and decoration, whether it counts as large text
@@ -108,14 +107,14 @@ def check_article_colours_as_on_a_desktop(page) -> list[str]:
     here = page.viewport_size
     if page.evaluate(_ARTICLE_COLOURS_JS, [ARTICLE, True]) is None:
         return []           # no article (the search page): the colour rules ran on all of it
-    page.set_viewport_size(DESKTOP_SIZE)
+    page.set_viewport_size(DESKTOP)
     try:
         differ = page.evaluate(_ARTICLE_COLOURS_JS, [ARTICLE, False])
     finally:
         page.set_viewport_size(here)
     return [f"{len(differ)} element(s) of the article change colour, decoration or visibility "
-            f"between {here['width']} and {DESKTOP_SIZE['width']} px (axe's colour rules check "
-            f"the article at {DESKTOP_SIZE['width']} px only): " + "; ".join(differ[:3])
+            f"between {here['width']} and {DESKTOP['width']} px (axe's colour rules check "
+            f"the article at {DESKTOP['width']} px only): " + "; ".join(differ[:3])
             ] if differ else []
 
 
