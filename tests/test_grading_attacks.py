@@ -364,6 +364,7 @@ for p in @PATHS@:
 
     # 4. Looks for the grading seed: environment, other processes, every readable file.
     hunt = """import os
+import sys
 import time
 
 
@@ -383,7 +384,11 @@ def _hunt(budget):
                         hits.append(f'/proc/{pid}/{what}')
             except OSError:
                 pass
-    skip = ('/proc', '/sys', '/dev', '/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin')
+    # The system's and Python's installed files (read-only binds of what the grader's machine
+    # has installed, which no grading writes to) are not read: the walk then ends within its
+    # budget, having read every other file the sandbox shows (the course copy included).
+    skip = ('/proc', '/sys', '/dev', '/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin',
+            *{sys.prefix, sys.base_prefix, sys.exec_prefix})
     roots = ['/grading', '/tmp', os.path.expanduser('~'), '/run', '/var', '/home', '/root',
              '/work', '/etc', '/']
     done = set()
