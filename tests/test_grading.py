@@ -206,7 +206,9 @@ def test_a_class_is_graded_exactly_and_reproducibly(klass, monkeypatch, tmp_path
 def test_cli_grades_one_late_submission_only_with_a_secret_seed(tmp_path, capsys):
     subs = tmp_path / "dana"
     subs.mkdir()
-    nb = _notebook({"softmax": RIGHT_SOFTMAX})
+    # The command line's flow (cache, late work, the secret seed) is what is tested here: the
+    # notebooks are the definitions alone (the chapter's cells run in the class test).
+    nb = small_notebook({"softmax": RIGHT_SOFTMAX})
     nb["metadata"]["course_lib"]["learner"] = "eve"       # metadata never names the learner
     _write(subs, "03_softmax", nb)
     out = tmp_path / "book.csv"
@@ -217,7 +219,7 @@ def test_cli_grades_one_late_submission_only_with_a_secret_seed(tmp_path, capsys
     seed = json.loads(grading.metadata_path(out).read_text())["seed"]
     assert seed != SEED and (grading.metadata_path(out).stat().st_mode & 0o077) == 0
     # A late notebook in the same folder: the first comes from the cache (same secret seed).
-    _write(subs, "late2", _notebook({"softmax": NO_SHIFT_SOFTMAX}))
+    _write(subs, "late2", small_notebook({"softmax": NO_SHIFT_SOFTMAX}))
     assert cli(["grade", str(subs), "--out", str(out), "--jobs", "1"]) == 0
     assert "1 run now" in capsys.readouterr().out
     assert json.loads(grading.metadata_path(out).read_text())["seed"] == seed
