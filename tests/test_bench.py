@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -210,6 +211,21 @@ def test_best_time_runs_at_least_repeats():
     calls: list[int] = []
     best, _, _ = bench.best_time(lambda: calls.append(1), repeats=4)
     assert len(calls) == 4 * 3 and best > 0  # each run: 2 warm-up calls + the timed one
+
+
+def test_best_time_splits_the_best_run_as_all_runs_split(monkeypatch):
+    """One run's user/system split is as coarse as the kernel's accounting tick (a 7 ms run read
+    as 0 ms user, 7 ms system): the best run's seconds are split in the proportion of all runs."""
+    runs = iter([(0.010, 0.0, 0.010), (0.007, 0.007, 0.0), (0.012, 0.006, 0.006)])
+    monkeypatch.setattr(timing, "time_call_split", lambda *a, **k: next(runs))
+    best, user, system = timing.best_time(lambda: None, repeats=3, clock="cpu")
+    assert best == 0.007
+    assert user == pytest.approx(0.007 * 0.013 / 0.029)      # not 0.007 (the best run's own)
+    assert system == pytest.approx(0.007 * 0.016 / 0.029) and user + system == pytest.approx(best)
+    wall = iter([(0.002, math.nan, math.nan), (0.001, math.nan, math.nan)])
+    monkeypatch.setattr(timing, "time_call_split", lambda *a, **k: next(wall))
+    best, user, system = timing.best_time(lambda: None, repeats=2)
+    assert best == 0.001 and math.isnan(user) and math.isnan(system)
 
 
 def test_tiny_sweep_end_to_end(tmp_path, capsys):
