@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -210,22 +211,28 @@ def test_time_call_counts_timer_warmup_and_checks_its_arguments():
 def test_best_time_runs_at_least_repeats():
     calls: list[int] = []
     best, _, _ = bench.best_time(lambda: calls.append(1), repeats=4)
-    assert len(calls) == 4 * 3 and best > 0  # each run: 2 warm-up calls + the timed one
+    assert len(calls) == 1 + 4 and best > 0  # one untimed call, then each run one timed call
+    calls.clear()
+    bench.best_time(lambda: calls.append(1), repeats=2, min_total_s=1e9, max_runs=7)
+    assert len(calls) == 1 + 7                # quick calls: more runs, up to max_runs
 
 
 def test_best_time_splits_the_best_run_as_all_runs_split(monkeypatch):
     """One run's user/system split is as coarse as the kernel's accounting tick (a 7 ms run read
     as 0 ms user, 7 ms system): the best run's seconds are split in the proportion of all runs."""
-    runs = iter([(0.010, 0.0, 0.010), (0.007, 0.007, 0.0), (0.012, 0.006, 0.006)])
-    monkeypatch.setattr(timing, "time_call_split", lambda *a, **k: next(runs))
+    ticks = iter([0.0, 0.010, 0.100, 0.107, 0.200, 0.212])         # runs of 10, 7 and 12 ms
+    monkeypatch.setattr(timing, "_cpu_clock", lambda clock, device="cpu": lambda: next(ticks))
+    usage = iter([SimpleNamespace(ru_utime=1.0, ru_stime=2.0),
+                  SimpleNamespace(ru_utime=1.013, ru_stime=2.016)])   # 13 ms user, 16 ms system
+    monkeypatch.setattr(timing.resource, "getrusage", lambda who: next(usage))
     best, user, system = timing.best_time(lambda: None, repeats=3, clock="cpu")
-    assert best == 0.007
-    assert user == pytest.approx(0.007 * 0.013 / 0.029)      # not 0.007 (the best run's own)
-    assert system == pytest.approx(0.007 * 0.016 / 0.029) and user + system == pytest.approx(best)
-    wall = iter([(0.002, math.nan, math.nan), (0.001, math.nan, math.nan)])
-    monkeypatch.setattr(timing, "time_call_split", lambda *a, **k: next(wall))
-    best, user, system = timing.best_time(lambda: None, repeats=2)
-    assert best == 0.001 and math.isnan(user) and math.isnan(system)
+    assert best == pytest.approx(0.007)
+    assert user == pytest.approx(0.007 * 13 / 29) and system == pytest.approx(0.007 * 16 / 29)
+    monkeypatch.undo()
+    best, user, system = timing.best_time(lambda: None, repeats=2)          # wall clock
+    assert best >= 0 and math.isnan(user) and math.isnan(system)
+    with pytest.raises(ValueError, match="clock"):
+        timing.best_time(lambda: None, clock="gpu")
 
 
 def test_tiny_sweep_end_to_end(tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 ``Timer`` brings the accelerator synchronisation, the thread setting and a warm-up before each
 sample; the clock is wall time (its default) or this process's CPU time (:class:`CpuClock`,
-which also splits it into user and system time).
+which also splits it into user and system time). :func:`best_time` (CPU only) times single calls
+with the standard library's ``timeit``, after one untimed call.
 
 Interleaving: every round times each participant once, in a rotated order, so that slow drift of
 the machine (other processes, thermal state) hits all participants alike; the median over rounds
@@ -15,6 +16,8 @@ import contextlib
 import math
 import resource
 import statistics
+import time
+import timeit
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -105,23 +108,30 @@ def time_call(fn: Callable[[], object], device: str | torch.device = "cpu",
 
 def best_time(fn: Callable[[], object], repeats: int = 5, min_total_s: float = 0.0,
               max_runs: int = 200, clock: str = "wall") -> tuple[float, float, float]:
-    """The least disturbed run: ``(seconds, user, system)``, ``seconds`` of the fastest of at
-    least ``repeats`` timed calls, going on for quick calls until ``min_total_s`` seconds were
-    timed (at most ``max_runs``). Each run is one :func:`time_call_split`.
+    """The least disturbed run: ``(seconds, user, system)``, ``seconds`` the fastest of at least
+    ``repeats`` timed calls, going on for quick calls until ``min_total_s`` seconds were timed
+    (at most ``max_runs``). CPU only.
+
+    One untimed call first (first-call costs: lazy set-up, the allocator's first growth), then
+    each run is one call timed on its own: the standard library's ``min(Timer.repeat(...))``
+    idiom, on this process's CPU clock (``clock="cpu"``, :class:`CpuClock`) or wall time. (One
+    :func:`time_call_split` per run warmed up twice before each: three calls per run.)
 
     ``user``/``system`` (``clock="cpu"``): ``seconds`` split in the proportion of the user and
-    system time of all the runs, ``user = seconds · Σuser / Σ(user + system)``. One run's split is
-    only as fine as the kernel's CPU accounting (a tick of a few ms): a 7 ms run was read as 0 ms
-    user and 7 ms system, the next as the reverse. NaN for ``clock="wall"``."""
-    best = math.inf
-    spent, runs, user, system = 0.0, 0, 0.0, 0.0
-    while runs < repeats or (spent < min_total_s and runs < max_runs):
-        seconds, u, s = time_call_split(fn, "cpu", 1, clock)
-        spent += seconds
-        runs += 1
-        best = min(best, seconds)
-        user, system = user + u, system + s
-    if not user + system > 0:           # NaN (wall clock), or no CPU time was counted
+    system time of all the timed runs, ``user = seconds · Σuser / Σ(user + system)``. One run's
+    split is only as fine as the kernel's CPU accounting (a tick of a few ms): a 7 ms run was
+    read as 0 ms user and 7 ms system. NaN for ``clock="wall"``."""
+    cpu_clock = _cpu_clock(clock)
+    timer = timeit.Timer(fn, timer=cpu_clock or time.perf_counter)
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    runs: list[float] = []
+    while len(runs) < repeats or (sum(runs) < min_total_s and len(runs) < max_runs):
+        runs += timer.repeat(repeat=1, number=1)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    best = min(runs)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    if cpu_clock is None or not user + system > 0:
         return best, math.nan, math.nan
     return best, best * user / (user + system), best * system / (user + system)
 
