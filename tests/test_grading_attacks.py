@@ -386,7 +386,8 @@ def _hunt(budget):
                 pass
     # The system's and Python's installed files (read-only binds of what the grader's machine
     # has installed, which no grading writes to) are not read: the walk then ends within its
-    # budget, having read every other file the sandbox shows (the course copy included).
+    # budget, having read every other file of up to 4 MiB the sandbox shows (the course copy
+    # included).
     skip = ('/proc', '/sys', '/dev', '/usr', '/lib', '/lib64', '/lib32', '/bin', '/sbin',
             *{sys.prefix, sys.base_prefix, sys.exec_prefix})
     roots = ['/grading', '/tmp', os.path.expanduser('~'), '/run', '/var', '/home', '/root',
