@@ -93,9 +93,18 @@ WRITER = textwrap.dedent('''
 def test_concurrent_writers_lose_nothing(record_path, tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    procs = [subprocess.Popen([sys.executable, str(script), "25"], env=_child_env(record_path),
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
+    procs = []
+    try:
+        for _ in range(4):
+            procs.append(subprocess.Popen([sys.executable, str(script), "25"],
+                                          env=_child_env(record_path), stderr=subprocess.PIPE,
+                                          text=True))
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+    finally:            # a writer that hangs (or a failed start) leaves no process behind
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     assert [p.returncode for p in procs] == [0] * 4, errors
     rows = _progress.attempts()
     assert len(rows) == 100

@@ -98,24 +98,35 @@ class Lab:
         self.log = (self.home / "lab.log").open("w")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("JupyterLab exited:\n" + (self.home / "lab.log").read_text())
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"{self.base}/api/status?token={self.token}", timeout=2)
-                return self
-            time.sleep(0.3)
-        raise RuntimeError("JupyterLab did not start in 60 s:\n"
-                           + (self.home / "lab.log").read_text())
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("JupyterLab exited:\n"
+                                       + (self.home / "lab.log").read_text())
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(f"{self.base}/api/status?token={self.token}",
+                                           timeout=2)
+                    return self
+                time.sleep(0.3)
+            raise RuntimeError("JupyterLab did not start in 60 s:\n"
+                               + (self.home / "lab.log").read_text())
+        except BaseException:
+            # `with` calls __exit__ only after __enter__ returned: a server that never answered
+            # (or a Ctrl-C while waiting) is ended here, with everything it started
+            self.__exit__(None, None, None)
+            raise
 
     def __exit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        if self.proc is not None:
+            # the whole session: also what the server started, should the server be gone
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.log.close()
 
