@@ -400,6 +400,20 @@ def test_wrong_grid_or_head_stride_points_at_the_offsets_not_at_a_mask(bug, seed
     assert "Mask the access" not in r.message, r.message
 
 
+def test_an_unmasked_tail_that_runs_into_the_next_tensor_is_named_by_its_own():
+    """k's unmasked last block reads on past k's end. With q lying right after k in memory
+    (here: two views of one buffer; in a check, wherever the allocator put them) most of those
+    lanes land in q. The access still belongs to k, where it starts, and the advice is the mask."""
+    buf = torch.randn(2, 1, 2, 40, 16)
+    k, q = buf[0], buf[1]                       # k's last element is right before q's first
+    v = torch.randn(1, 2, 40, 16)
+    with pytest.raises(checking.OutOfBounds) as e:
+        _buggy(MASK_LOADS=False, MASK_SCORES=False)(q, k, v)
+    message = str(e.value)
+    assert "tl.load reads outside the tensor `k_ptr`" in message, message
+    assert "Mask the access" in message and "Check the offsets" not in message, message
+
+
 def test_unmasked_tail_still_advises_the_mask():
     r = diagnosed("triton_flash_forward", _buggy(MASK_LOADS=False, MASK_SCORES=False), 4)
     assert "Mask the access" in r.message and "Check the offsets" not in r.message, r.message
