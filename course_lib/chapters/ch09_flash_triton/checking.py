@@ -146,8 +146,8 @@ def _check_access(kind: str, ptrs: Any, mask: Any) -> None:
     counts = [int(x.sum()) for x in inside]
     best = int(np.argmax(counts))
     if counts[best] < a.size:
-        # An access that starts in one tensor (its first lane, block position 0) and runs on
-        # past that tensor's end belongs to it, wherever the lanes past the end land: the next
+        # An access that starts in one tensor (its first lane the mask lets through) and runs
+        # on past that tensor's end belongs to it, wherever the lanes past the end land: the next
         # tensor may lie right after it in memory and hold more of them (k's unmasked last
         # block landing in q was named q's "before its start" when the allocator put q there).
         holder = [i for i, x in enumerate(inside) if x[0]]
