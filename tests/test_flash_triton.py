@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from engine_verdict import diagnosed
 
 from course_lib import exercises
 from course_lib.attention import reference
 from course_lib.chapters import ch09_flash_triton as chapter
-from course_lib.toolkit.checking._engine import run_check
 
 pytestmark = pytest.mark.skipif(not chapter.TRITON_AVAILABLE, reason=chapter.TRITON_MISSING)
 
@@ -32,21 +32,6 @@ def _course_code_allowed(monkeypatch):
     for ex in exercises.registry().values():
         monkeypatch.setattr(ex, "allowed_course_calls", ("course_lib",))
 LOG2E = math.log2(math.e)
-
-
-def diagnosed(exercise_id: str, fn, seed: int):
-    """The engine's verdict on ``fn`` computed in this process: no forked worker, no watch.
-
-    The tests that use it assert a diagnosis (which mistake, which advice), and the engine makes
-    it from the values ``fn`` returned, the same values wherever ``fn`` ran. In the worker a
-    Triton check is 4-5 times slower: the watch's call trace meets each of the interpreter's
-    Python calls (a forward check of the solution on a 2-core AMD EPYC VM: 0.56-0.89 s here,
-    2.7-3.3 s in the worker; the backward one 0.74-0.78 s and 3.4-4.2 s). What the
-    worker adds (refusals, the watch, the report channel) is tested through ``exercises.check``
-    below, and ``test_the_worker_names_the_same_mistake_as_the_engine`` shows a diagnosis does
-    not change on the way."""
-    return run_check(exercises.get_exercise(exercise_id), fn, seed=seed, isolate=False,
-                     watch=False)
 
 
 def _qkv(b, h, n, d, dtype=torch.float32, seed=0):

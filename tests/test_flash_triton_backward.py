@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from engine_verdict import diagnosed
 
 from course_lib import exercises
 from course_lib.chapters import ch09_flash_triton as chapter
-from course_lib.toolkit.checking._engine import run_check
 
 pytestmark = pytest.mark.skipif(not chapter.TRITON_AVAILABLE, reason=chapter.TRITON_MISSING)
 
@@ -183,10 +183,8 @@ def test_the_buggy_backward_without_bugs_passes():
     ("dk_from_unscaled_scores", lambda: _buggy_backward(DK_SCALED=False)),
 ])
 def test_backward_mistakes_are_diagnosed(mistake, fn):
-    # the engine's verdict in this process (see test_flash_triton.diagnosed); the worker's
-    # is the same (test_the_worker_names_the_same_mistake_in_the_backward_exercise)
-    r = run_check(exercises.get_exercise("triton_flash_backward"), fn(), seed=3, isolate=False,
-                  watch=False)
+    # the worker's verdict is the same (test_the_worker_names_the_same_mistake_in_the_backward_*)
+    r = diagnosed("triton_flash_backward", fn(), seed=3)
     assert not r.passed and r.mistake == mistake, r.message
     declared = {m.id: m.message for m in exercises.get_exercise("triton_flash_backward").mistakes}
     assert r.message.startswith(declared[mistake])
@@ -195,8 +193,7 @@ def test_backward_mistakes_are_diagnosed(mistake, fn):
 def test_the_worker_names_the_same_mistake_in_the_backward_exercise():
     fn = _buggy_backward(D_TERM=False)
     learner = exercises.check("triton_flash_backward", fn, record=False, seed=3)
-    engine = run_check(exercises.get_exercise("triton_flash_backward"), fn, seed=3,
-                       isolate=False, watch=False)
+    engine = diagnosed("triton_flash_backward", fn, seed=3)
     assert learner.mistake == "d_term_forgotten", learner.message
     assert (learner.mistake, learner.message) == (engine.mistake, engine.message)
 
@@ -206,9 +203,8 @@ def test_dk_from_unscaled_scores_is_named_on_every_seed():
     """Its terms reach about 1e6 and cancel: the learner's float32 kernel and the float64
     simulation differ by float32 rounding of those terms, beyond twice the exercise's tolerance
     of the result (it was named on 11 of 12 seeds). The mistake's own tolerance covers it."""
-    ex = exercises.get_exercise("triton_flash_backward")
     fn = _buggy_backward(DK_SCALED=False)
-    verdicts = {seed: run_check(ex, fn, seed=seed, isolate=False, watch=False).mistake
+    verdicts = {seed: diagnosed("triton_flash_backward", fn, seed).mistake
                 for seed in range(12)}
     assert set(verdicts.values()) == {"dk_from_unscaled_scores"}, verdicts
 
