@@ -12,9 +12,9 @@ import functools
 import importlib
 
 import pytest
+from engine_verdict import diagnosed
 from learner_corpus_fresh import FRESH
 
-from course_lib.toolkit.checking._engine import run_check
 from course_lib.toolkit.checking._generic import is_generic_id
 from course_lib.toolkit.checking._registry import registry
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @functools.cache
 def _verdict(exercise_id: str, fn, seed: int = 0) -> str:
-    result = run_check(registry()[exercise_id], fn, seed=seed, isolate=False, watch=False)
+    result = diagnosed(exercise_id, fn, seed)
     return "pass" if result.passed else str(result.mistake)
 
 

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 
 import pytest
+from engine_verdict import diagnosed
 from learner_corpus_v5 import V5
 
 from course_lib.toolkit.checking._engine import GENERIC_MISTAKES, run_check
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @functools.cache
 def _result(exercise_id: str, fn, seed: int = 0):
-    return run_check(registry()[exercise_id], fn, seed=seed, isolate=False, watch=False)
+    return diagnosed(exercise_id, fn, seed)
 
 
 def _verdict(exercise_id: str, fn, seed: int = 0) -> str:
